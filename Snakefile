@@ -1,0 +1,34 @@
+# Can a model draft its own tokens by skipping layers, and come out faster?
+#
+# Paths:
+#   resources/models/<model>/          fetched marker and the MLX weights that cells load
+#   results/reference/<model>/<prompt_set>.json        mlx-lm greedy tokens (ground truth)
+#   results/selfspec/<model>/<strategy>/skip<f>_draft<k>.json   one timing cell
+#   results/tables/, results/summary.md, results/plots/          aggregation
+#   results/bench/engine.json          our loops against mlx-lm's (snakemake bench)
+# Each number in those files is computed in the `selfspec` package; the rule that makes a
+# file names the script, and the script names the package function.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# The default config, unless --configfile names another: Snakemake would otherwise merge
+# the two, and the study would inherit the default's models.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/models.smk"
+include: "rules/selfspec.smk"
+include: "rules/aggregate.smk"
+include: "rules/bench.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        get_final_output(),

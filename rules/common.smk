@@ -1,0 +1,112 @@
+# Config validation, the grid, and input functions. Validation runs at parse time, so a bad
+# config stops the run before any job starts and nothing under results/ is touched.
+
+import json
+import os
+import platform
+from pathlib import Path
+
+from snakemake.utils import validate
+
+from selfspec.config import check_config, format_skip, timing_blas
+
+validate(config, schema="../config/schemas/config.schema.yaml")
+check_config(config, workflow.basedir)
+
+
+# The grid's models (all configured models unless selfspec.models names a subset).
+GRID_MODELS = config["selfspec"].get("models") or list(config["models"])
+STRATEGIES = config["selfspec"]["strategies"]
+ENGINES = config["selfspec"].get("engines", ["mlx_lm"])
+SKIPS = [format_skip(f) for f in config["selfspec"]["skip_fractions"]]
+DRAFTS = [str(k) for k in config["selfspec"]["draft_lengths"]]
+PROMPT_SET = config["selfspec"]["prompt_set"]
+# Prompt sets ship with the workflow, so they resolve from it even under --directory.
+PROMPTS_DIR = Path(workflow.basedir) / "config" / "prompts"
+
+# Timing jobs get OpenBLAS on Linux when it is installed (see README): exported here so
+# every job process inherits it; each result records the BLAS actually loaded.
+_blas = timing_blas(config.get("blas", "auto"))
+if _blas:
+    os.environ["LD_PRELOAD"] = _blas
+
+
+wildcard_constraints:
+    model="|".join(sorted(config["models"], key=len, reverse=True)),
+    strategy="[a-z_]+",
+    engine_tag=r"(_ours)?",
+    skip=r"0\.\d+",
+    draft=r"\d+",
+    prompt_set="[A-Za-z0-9_-]+",
+
+
+def get_model_source(wildcards):
+    return config["models"][wildcards.model]["source"]
+
+
+def get_model_quantize(wildcards):
+    return config["models"][wildcards.model].get("quantize")
+
+
+def get_model_dir(wildcards):
+    return f"resources/models/{wildcards.model}/mlx"
+
+
+def get_prompt_set(wildcards):
+    return str(PROMPTS_DIR / f"{PROMPT_SET}.yaml")
+
+
+def get_reference(wildcards):
+    return f"results/reference/{wildcards.model}/{PROMPT_SET}.json"
+
+
+def get_cell_params(wildcards):
+    """Only this cell's settings: adding grid values never changes an existing cell's params."""
+    s = config["selfspec"]
+    return {
+        "strategy": wildcards.strategy,
+        "skip_fraction": float(wildcards.skip),
+        "num_draft": int(wildcards.draft),
+        "engine": engine_of(wildcards.engine_tag),
+        "max_tokens": s["max_tokens"],
+        "repeats": s["repeats"],
+        "warmup": s.get("warmup", 1),
+    }
+
+
+def engine_tag(engine):
+    # The default engine keeps the plain path layout; ours gets a suffix.
+    return "" if engine == "mlx_lm" else f"_{engine}"
+
+
+def engine_of(tag):
+    return tag.lstrip("_") or "mlx_lm"
+
+
+def cell_path(model, strategy, engine, skip, draft):
+    return f"results/selfspec/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag(engine)}.json"
+
+
+def get_cells(wildcards=None):
+    return [
+        cell_path(m, st, e, sk, d)
+        for m in GRID_MODELS
+        for st in STRATEGIES
+        for e in ENGINES
+        for sk in SKIPS
+        for d in DRAFTS
+    ]
+
+
+def get_bench_model(wildcards):
+    return f"resources/models/{config['bench']['model']}/mlx"
+
+
+def get_final_output():
+    return [
+        "results/tables/selfspec_sweep.csv",
+        "results/tables/selfspec_sweep.md",
+        "results/summary.md",
+        "results/plots/selfspec_heatmap.png",
+        "results/plots/selfspec_vs_skip.png",
+    ]

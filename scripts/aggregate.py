@@ -1,0 +1,7 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from selfspec.report import write_sweep
+
+write_sweep(snakemake.input.cells, snakemake.output.csv, snakemake.output.md, snakemake.output.summary)

@@ -1,0 +1,18 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from selfspec.bench import engine_bench
+from selfspec.cell import write_json
+
+p = snakemake.params
+result = engine_bench(
+    snakemake.input.model,
+    snakemake.input.prompts,
+    model_name=p.model,
+    skip_fraction=p.skip_fraction,
+    num_draft=p.num_draft,
+    repeats=p.repeats,
+    max_tokens=p.max_tokens,
+)
+write_json(result, snakemake.output[0])

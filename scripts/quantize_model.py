@@ -1,0 +1,10 @@
+import json
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from selfspec.fetch import prepare
+
+src = json.load(open(snakemake.input[0]))
+info = prepare(snakemake.wildcards.model, src["path"], snakemake.params.quantize, snakemake.output[0])
+print(json.dumps(info), file=sys.stderr)

@@ -1,0 +1,75 @@
+"""Our loops against mlx-lm's, same model, same draft, same protocol as the cells."""
+
+import time
+from pathlib import Path
+from typing import Dict
+
+import mlx.core as mx
+
+from .cell import _log, encoded_prompts, eos_ids
+from .environment import environment
+from .forward import LayerSkipDraft
+from .generation import mlx_lm_selfspec_stream, plain_stream
+from .loop import plain_loop, selfspec_loop
+from .measure import paired_runs
+from .models import load, model_parts
+from .stats import median_ci
+from .strategies import make_plan
+
+
+def _compare(records, key="decode_tps") -> Dict:
+    ratios = [getattr(r["selfspec"], key) / getattr(r["plain"], key) for r in records]
+    med, ci = median_ci(ratios)
+    same = all(r["selfspec"].tokens == r["plain"].tokens for r in records)
+    return {
+        "ratio": med,
+        "ci": ci,
+        "mlx_lm_tps": median_ci([getattr(r["plain"], key) for r in records])[0],
+        "ours_tps": median_ci([getattr(r["selfspec"], key) for r in records])[0],
+        "identical_tokens": same,
+        "pairs": len(records),
+    }
+
+
+def engine_bench(model_path, prompt_set_path, *, model_name: str, skip_fraction: float, num_draft: int,
+                 repeats: int, max_tokens: int) -> Dict:
+    cfg = dict(model=model_name, skip_fraction=skip_fraction, num_draft=num_draft, repeats=repeats,
+               max_tokens=max_tokens, prompt_set=Path(prompt_set_path).stem)
+    t0 = time.perf_counter()
+    model, tokenizer = load(model_path)
+    parts = model_parts(model)
+    plan = make_plan("middle", len(parts.layers), skip_fraction)
+    draft = LayerSkipDraft(model, plan)
+    prompts = encoded_prompts(tokenizer, prompt_set_path)
+    eos = eos_ids(tokenizer)
+
+    _log("plain: ours vs mlx-lm generate_step")
+    plain = paired_runs(
+        prompts,
+        lambda p: plain_stream(model, p, max_tokens),
+        lambda p: plain_loop(parts, p, max_tokens),
+        eos, repeats, log=_log,
+    )
+    _log("self-spec: ours (shared cache) vs mlx-lm speculative_generate_step, same draft")
+    spec = paired_runs(
+        prompts,
+        lambda p: mlx_lm_selfspec_stream(model, draft, p, max_tokens, num_draft),
+        lambda p: selfspec_loop(parts, p, max_tokens, plan, num_draft),
+        eos, repeats, log=_log,
+    )
+    p, s = _compare(plain), _compare(spec)
+    return {
+        **cfg,
+        "strategy": "middle",
+        "skipped_layers": plan.skipped_layers,
+        "plain_vs_mlx_lm": p["ratio"],
+        "plain_vs_mlx_lm_ci": p["ci"],
+        "selfspec_vs_mlx_lm": s["ratio"],
+        "selfspec_vs_mlx_lm_ci": s["ci"],
+        "goals": {"plain_vs_mlx_lm": ">= 0.98"},
+        "plain": p,
+        "selfspec": s,
+        "definition": "median over prompts and repeats of (ours decode tok/s / mlx-lm decode tok/s), back to back",
+        "wall_seconds": time.perf_counter() - t0,
+        "environment": environment(cfg),
+    }

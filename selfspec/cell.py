@@ -1,0 +1,145 @@
+"""Grid cells and reference outputs: what the pipeline's jobs compute.
+
+`reference_outputs` is the ground truth (mlx-lm's `generate_step`, greedy);
+`selfspec_cell` times plain vs self-speculative decoding for one (model, strategy,
+skip fraction, draft length, engine) and checks every token against the reference.
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from .environment import environment
+from .forward import LayerSkipDraft
+from .generation import ENGINES, mlx_lm_selfspec_stream, plain_stream, timed_generation
+from .loop import selfspec_loop
+from .measure import paired_runs, summarize
+from .models import load, model_parts
+from .prompts import encode_prompt, load_prompt_set
+from .strategies import make_plan
+
+import mlx.core as mx
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def eos_ids(tokenizer) -> List[int]:
+    ids = getattr(tokenizer, "eos_token_ids", None)
+    if ids is None:
+        ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    return sorted(int(i) for i in ids)
+
+
+def encoded_prompts(tokenizer, prompt_set_path) -> List[Dict[str, Any]]:
+    ps = load_prompt_set(prompt_set_path)
+    return [
+        {"id": p.id, "tokens": encode_prompt(tokenizer, p.text, ps["format"], ps["chat_template_kwargs"])}
+        for p in ps["prompts"]
+    ]
+
+
+def reference_outputs(model_path, prompt_set_path, max_tokens: int, model_name: str = "") -> Dict:
+    """Greedy token ids from mlx-lm's own `generate_step`, one list per prompt."""
+    model, tokenizer = load(model_path)
+    eos = eos_ids(tokenizer)
+    outputs = []
+    for p in encoded_prompts(tokenizer, prompt_set_path):
+        stats = timed_generation(lambda: plain_stream(model, mx.array(p["tokens"], mx.uint32), max_tokens), len(p["tokens"]), eos)
+        outputs.append(
+            {
+                "prompt_id": p["id"],
+                "prompt_tokens": len(p["tokens"]),
+                "tokens": stats.tokens,
+                "text": tokenizer.decode(stats.tokens),
+            }
+        )
+        _log(f"reference {p['id']}: {len(stats.tokens)} tokens")
+    cfg = {"model": model_name, "prompt_set": Path(prompt_set_path).stem, "max_tokens": max_tokens}
+    return {
+        **cfg,
+        "engine": "mlx_lm.generate_step",
+        "eos_ids": eos,
+        "n_layers": len(model.layers),
+        "outputs": outputs,
+        "environment": environment(cfg),
+    }
+
+
+def selfspec_cell(
+    model_path,
+    reference: Dict,
+    prompt_set_path,
+    *,
+    model_name: str,
+    strategy: str,
+    skip_fraction: float,
+    num_draft: int,
+    max_tokens: int,
+    repeats: int,
+    engine: str = "mlx_lm",
+    warmup: int = 1,
+) -> Dict:
+    cfg = {
+        "model": model_name,
+        "strategy": strategy,
+        "skip_fraction": skip_fraction,
+        "num_draft": num_draft,
+        "engine": engine,
+        "max_tokens": max_tokens,
+        "repeats": repeats,
+        "prompt_set": Path(prompt_set_path).stem,
+    }
+    t0 = time.perf_counter()
+    model, tokenizer = load(model_path)
+    parts = model_parts(model)
+    n_layers = len(parts.layers)
+    plan = make_plan(strategy, n_layers, skip_fraction)
+    prompts = encoded_prompts(tokenizer, prompt_set_path)
+    ref = {o["prompt_id"]: o["tokens"] for o in reference["outputs"]}
+    missing = [p["id"] for p in prompts if p["id"] not in ref]
+    if missing:
+        raise ValueError(f"reference outputs lack prompts {missing}: rerun reference_outputs")
+    if reference.get("max_tokens") != max_tokens:
+        raise ValueError(f"reference was made with max_tokens={reference.get('max_tokens')}, cell wants {max_tokens}")
+
+    candidate = selfspec_candidate(engine, model, plan, max_tokens, num_draft)
+
+    def plain(prompt):
+        return plain_stream(model, prompt, max_tokens)
+
+    records = paired_runs(prompts, plain, candidate, eos_ids(tokenizer), repeats, warmup, log=_log)
+    result = {
+        **cfg,
+        "n_layers": n_layers,
+        "skipped_layers": plan.skipped_layers,
+        "skipped_sublayers": plan.as_records(),
+        "baseline_engine": "mlx_lm.generate_step",
+        "acceptance_definition": "accepted draft tokens / drafted tokens",
+        **summarize(records, ref),
+        "wall_seconds": time.perf_counter() - t0,
+        "environment": environment(cfg),
+    }
+    if not result["lossless"]:
+        bad = [p["prompt_id"] for p in result["per_prompt"] if not p["lossless"]]
+        _log(f"WARNING: self-speculative output diverged from the reference on {bad}")
+    return result
+
+
+def selfspec_candidate(engine: str, model, plan, max_tokens: int, num_draft: int, threshold=None):
+    """A prompt -> token stream function for the chosen speculative loop."""
+    if engine == "mlx_lm":
+        draft = LayerSkipDraft(model, plan)
+        return lambda prompt: mlx_lm_selfspec_stream(model, draft, prompt, max_tokens, num_draft)
+    if engine == "ours":
+        parts = model_parts(model)
+        return lambda prompt: selfspec_loop(parts, prompt, max_tokens, plan, num_draft, threshold)
+    raise ValueError(f"unknown engine '{engine}' (known: {', '.join(ENGINES)})")
+
+
+def write_json(obj: Dict, path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(obj, indent=1, default=float) + "\n")

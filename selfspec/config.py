@@ -1,0 +1,107 @@
+"""Checks on the pipeline config beyond its JSON schema (which Snakemake validates first).
+
+Everything here runs at parse time, before any job: a bad value stops the run with an
+error that names the key and the value, and nothing already computed is touched.
+"""
+
+import os
+import platform
+import re
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from .models import read_num_layers
+from .strategies import SkipError, make_plan
+
+OPENBLAS_CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3",
+    "/usr/lib/aarch64-linux-gnu/openblas-pthread/libblas.so.3",
+    "/usr/lib64/libopenblas.so.0",
+    "/usr/lib/libopenblas.so.0",
+)
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def format_skip(f: float) -> str:
+    """The path form of a skip fraction: 0.1 -> '0.1', 0.25 -> '0.25'."""
+    return f"{float(f):g}"
+
+
+
+def source_dir(source: str, basedir: str = ".") -> Optional[Path]:
+    """The local directory of a source, if it is one (relative paths from cwd, then the workflow)."""
+    for p in (Path(source).expanduser(), Path(basedir) / source):
+        if p.is_dir():
+            return p.resolve()
+    return None
+
+
+def known_num_layers(name: str, model_cfg: Dict, basedir: str = ".") -> Optional[int]:
+    """The layer count, when it can be read without downloading anything."""
+    local = source_dir(model_cfg["source"], basedir)
+    if local is not None:
+        return read_num_layers(local)
+    fetched = Path("resources/models") / name / "mlx"
+    if fetched.is_dir():
+        return read_num_layers(fetched)
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model_cfg["source"], "config.json")
+        if isinstance(cached, str):
+            return read_num_layers(Path(cached).parent)
+    except Exception:
+        pass
+    return None
+
+
+def check_grid(n_layers: int, selfspec: Dict, model_name: str) -> None:
+    for strategy in selfspec["strategies"]:
+        for f in selfspec["skip_fractions"]:
+            try:
+                make_plan(strategy, n_layers, f)
+            except SkipError as e:
+                raise ConfigError(f"selfspec.skip_fractions: {e} (model '{model_name}', strategy '{strategy}')") from None
+
+
+def check_config(config: Dict, basedir: str = ".") -> None:
+    models = config["models"]
+    s = config["selfspec"]
+    for name, m in models.items():
+        src = m["source"]
+        if source_dir(src, basedir) is None and not HUB_ID.match(src):
+            raise ConfigError(
+                f"models.{name}.source: '{src}' is neither an existing local directory nor a hub repo id (org/name)"
+            )
+    for name in s.get("models") or []:
+        if name not in models:
+            raise ConfigError(f"selfspec.models: '{name}' is not a configured model (have: {', '.join(models)})")
+    prompt_file = Path(basedir) / "config" / "prompts" / f"{s['prompt_set']}.yaml"
+    if not prompt_file.is_file():
+        raise ConfigError(f"selfspec.prompt_set: no prompt set file {prompt_file}")
+    bench = config.get("bench")
+    if bench and bench.get("model") and bench["model"] not in models:
+        raise ConfigError(f"bench.model: '{bench['model']}' is not a configured model")
+    for name in s.get("models") or list(models):
+        n = known_num_layers(name, models[name], basedir)
+        if n is not None:
+            check_grid(n, s, name)
+    blas = config.get("blas", "auto")
+    if blas not in ("auto", "bundled") and not Path(blas).is_file():
+        raise ConfigError(f"blas: '{blas}' is not 'auto', 'bundled' or an existing library file")
+
+
+def timing_blas(setting: str) -> Optional[str]:
+    """The BLAS library to preload for timing jobs, or None (macOS, or none installed)."""
+    if platform.system() != "Linux" or setting == "bundled":
+        return None
+    if setting != "auto":
+        return setting
+    preload = os.environ.get("LD_PRELOAD", "")
+    if "blas" in preload:
+        return preload
+    return next((p for p in OPENBLAS_CANDIDATES if Path(p).is_file()), None)

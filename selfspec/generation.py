@@ -1,0 +1,117 @@
+"""Greedy plain and self-speculative generation, timed.
+
+Each generator yields `(token, from_draft)`; `timed_generation` runs one to completion
+(max tokens or EOS) and returns a `GenerationStats`. `engine` names which loop produced
+the tokens: `mlx_lm` (mlx-lm's `generate_step` / `speculative_generate_step`) or `ours`.
+"""
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Generator, Iterable, List, Optional, Tuple
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.generate import generate_step, speculative_generate_step
+
+from .forward import LayerSkipDraft
+
+ENGINES = ("mlx_lm", "ours")
+
+# Each item: (token, from_draft, round_drafted). round_drafted is None unless this token is the
+# first one a new full-model pass emits; then it is how many tokens that round drafted.
+TokenStream = Generator[Tuple[int, bool, Optional[int]], None, None]
+
+
+@dataclass
+class GenerationStats:
+    """One generation's tokens and timings.
+
+    Acceptance is per drafted token: accepted / drafted. `verify_steps` counts the
+    full-model passes that emitted tokens (for plain decoding, one per token).
+    """
+
+    tokens: List[int]
+    prompt_tokens: int
+    prompt_seconds: float  # start to first token (prefill + first step)
+    decode_seconds: float  # first token to last token
+    drafted: int = 0
+    accepted: int = 0
+    verify_steps: int = 0
+    peak_memory_gb: float = 0.0
+
+    @property
+    def decode_tps(self) -> float:
+        n = len(self.tokens) - 1
+        return n / self.decode_seconds if n > 0 and self.decode_seconds > 0 else float("nan")
+
+    @property
+    def e2e_tps(self) -> float:
+        total = self.prompt_seconds + self.decode_seconds
+        return len(self.tokens) / total if total > 0 else float("nan")
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+    @property
+    def tokens_per_verify(self) -> float:
+        return len(self.tokens) / self.verify_steps if self.verify_steps else float("nan")
+
+
+def plain_stream(model: nn.Module, prompt: mx.array, max_tokens: int) -> TokenStream:
+    """mlx-lm's own greedy `generate_step`."""
+    for tok, _ in generate_step(prompt, model, max_tokens=max_tokens):
+        yield tok, False, 0
+
+
+def mlx_lm_selfspec_stream(
+    model: nn.Module, draft: LayerSkipDraft, prompt: mx.array, max_tokens: int, num_draft: int
+) -> TokenStream:
+    """mlx-lm's `speculative_generate_step` with the layer-skip draft (two caches).
+
+    Rounds are recovered from `from_draft`: a round is a run of accepted draft tokens
+    closed by one target token, and it drafted min(k, tokens left), as mlx-lm does.
+    """
+    n, new_round = 0, True
+    for tok, _, from_draft in speculative_generate_step(
+        prompt, model, draft, num_draft_tokens=num_draft, max_tokens=max_tokens
+    ):
+        drafted = min(num_draft, max_tokens - n) if new_round else None
+        yield int(tok), bool(from_draft), drafted
+        n += 1
+        new_round = not from_draft
+
+
+def timed_generation(
+    make_stream: Callable[[], TokenStream], prompt_tokens: int, eos_ids: Iterable[int] = ()
+) -> GenerationStats:
+    """Run a stream until it ends or emits an EOS token (kept), timing it."""
+    eos = set(eos_ids)
+    tokens: List[int] = []
+    drafted = accepted = verify_steps = 0
+    mx.synchronize()
+    mx.reset_peak_memory()
+    t0 = time.perf_counter()
+    t_first = None
+    for tok, from_draft, round_drafted in make_stream():
+        if t_first is None:
+            t_first = time.perf_counter()
+        if round_drafted is not None:
+            verify_steps += 1
+            drafted += round_drafted
+        accepted += from_draft
+        tokens.append(tok)
+        if tok in eos:
+            break
+    t_end = time.perf_counter()
+    t_first = t_first or t_end
+    return GenerationStats(
+        tokens=tokens,
+        prompt_tokens=prompt_tokens,
+        prompt_seconds=t_first - t0,
+        decode_seconds=t_end - t_first,
+        drafted=drafted,
+        accepted=accepted,
+        verify_steps=verify_steps,
+        peak_memory_gb=mx.get_peak_memory() / 1e9,
+    )
