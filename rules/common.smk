@@ -6,11 +6,17 @@ import os
 import platform
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from selfspec.config import check_config, format_skip, timing_blas
+from selfspec.config import ConfigError, check_config, format_skip, schema_errors, timing_blas
 
-validate(config, schema="../config/schemas/config.schema.yaml")
+SCHEMA = Path(workflow.basedir) / "config" / "schemas" / "config.schema.yaml"
+try:
+    validate(config, schema=str(SCHEMA))
+except WorkflowError:
+    # Snakemake's message dumps the whole schema; name just the bad keys and values.
+    raise ConfigError("invalid config:\n  " + "\n  ".join(schema_errors(config, SCHEMA))) from None
 check_config(config, workflow.basedir)
 
 

@@ -93,6 +93,7 @@ def selfspec_cell(
         "repeats": repeats,
         "prompt_set": Path(prompt_set_path).stem,
     }
+    started_at = time.time()
     t0 = time.perf_counter()
     model, tokenizer = load(model_path)
     parts = model_parts(model)
@@ -121,6 +122,8 @@ def selfspec_cell(
         "acceptance_definition": "accepted draft tokens / drafted tokens",
         **summarize(records, ref),
         "wall_seconds": time.perf_counter() - t0,
+        "started_at": started_at,
+        "finished_at": time.time(),
         "environment": environment(cfg),
     }
     if not result["lossless"]:

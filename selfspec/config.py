@@ -105,3 +105,22 @@ def timing_blas(setting: str) -> Optional[str]:
     if "blas" in preload:
         return preload
     return next((p for p in OPENBLAS_CANDIDATES if Path(p).is_file()), None)
+
+
+def schema_errors(config: Dict, schema_path) -> List[str]:
+    """Short, one-line descriptions of every schema violation: `key.path = value: why`."""
+    import jsonschema
+    import yaml
+
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    lines = []
+    for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path).lstrip(".")
+        where = f"{path} = {err.instance!r}" if path else "config"
+        if err.validator == "oneOf" and isinstance(err.instance, dict):
+            why = "; ".join(sorted({c.message for c in err.context}))
+        else:
+            why = err.message
+        lines.append(f"{where}: {why}")
+    return lines

@@ -54,6 +54,7 @@ def selfspec_loop(
     num_draft: int,
     threshold: Optional[float] = None,
     prefill_step_size: int = 2048,
+    cache: Optional[List] = None,
 ):
     """Greedy self-speculative decoding over one shared cache.
 
@@ -62,10 +63,12 @@ def selfspec_loop(
         num_draft: the most tokens drafted per round.
         threshold: stop drafting once the draft's top-1 probability falls below it
           (None: always draft `num_draft`).
+        cache: a fresh prompt cache to fill (made here if None); after the stream ends
+          it holds exactly the prompt and the emitted tokens but the last.
     Yields:
         (token, from_draft, round_drafted) as `generation.TokenStream` describes.
     """
-    cache = make_prompt_cache(parts.model)
+    cache = make_prompt_cache(parts.model) if cache is None else cache
     y = _prefill(parts, prompt, cache, prefill_step_size)
     tok = mx.argmax(forward(parts, y[None], cache)[0, -1]).item()
     yield tok, False, 0

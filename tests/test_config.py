@@ -1,0 +1,81 @@
+"""Bad configs fail at parse time, naming the key and the value, and touch nothing."""
+
+import copy
+
+import pytest
+
+from tiny_models import write_model_dir
+from workflow import copy_workflow, snakemake, write_config
+
+GOOD = {
+    "models": {"tiny": {"source": None, "quantize": None}},
+    "selfspec": {
+        "strategies": ["middle"],
+        "skip_fractions": [0.2],
+        "draft_lengths": [2],
+        "max_tokens": 8,
+        "repeats": 1,
+        "prompt_set": "stdlib_code",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cfg")
+    copy_workflow(d)
+    model = write_model_dir(d / "tiny", "llama", layers=6)
+    GOOD["models"]["tiny"]["source"] = str(model)
+    # Something already computed, which a bad config must not touch.
+    (d / "results").mkdir()
+    (d / "results" / "keep.json").write_text('{"done": true}')
+    return d
+
+
+def bad(edit):
+    cfg = copy.deepcopy(GOOD)
+    edit(cfg)
+    return cfg
+
+
+CASES = {
+    "skip_above_one": (lambda c: c["selfspec"].update(skip_fractions=[1.5]), ["skip_fractions", "1.5"]),
+    "skip_zero": (lambda c: c["selfspec"].update(skip_fractions=[0]), ["skip_fractions", "0"]),
+    "draft_zero": (lambda c: c["selfspec"].update(draft_lengths=[0]), ["draft_lengths", "0"]),
+    "unknown_strategy": (lambda c: c["selfspec"].update(strategies=["random"]), ["strategies", "random"]),
+    "model_without_source": (lambda c: c["models"]["tiny"].pop("source"), ["source", "tiny"]),
+    "empty_grid": (lambda c: c["selfspec"].update(draft_lengths=[]), ["draft_lengths", "[]"]),
+    "no_models": (lambda c: c.update(models={}), ["models"]),
+    "bad_model_name": (lambda c: c.update(models={"a/b": c["models"]["tiny"]}), ["a/b"]),
+    "missing_source_dir": (
+        lambda c: c["models"]["tiny"].update(source="/nonexistent/dir"),
+        ["models.tiny.source", "/nonexistent/dir"],
+    ),
+    "skip_removes_edge_layer": (
+        lambda c: c["selfspec"].update(skip_fractions=[0.2, 0.9]),
+        ["skip_fractions", "0.9", "first or last layer", "tiny"],
+    ),
+    "unknown_prompt_set": (lambda c: c["selfspec"].update(prompt_set="nope"), ["prompt_set", "nope"]),
+    "bad_quantize": (lambda c: c["models"]["tiny"].update(quantize={"bits": 7}), ["bits", "7"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_config_is_named_before_any_job(workdir, case):
+    edit, words = CASES[case]
+    write_config(workdir, bad(edit), "bad.yaml")
+    before = sorted(p.name for p in (workdir / "results").rglob("*"))
+    proc = snakemake(workdir, "--cores", "1", config="config/bad.yaml", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    for w in words:
+        assert w in out, f"error for {case} should mention {w!r}:\n{out[-2000:]}"
+    assert "Select jobs to execute" not in out
+    assert sorted(p.name for p in (workdir / "results").rglob("*")) == before
+    assert (workdir / "results" / "keep.json").read_text() == '{"done": true}'
+
+
+def test_good_config_plans(workdir):
+    write_config(workdir, GOOD, "good.yaml")
+    proc = snakemake(workdir, "-n", "--cores", "1", config="config/good.yaml")
+    assert "selfspec_cell" in proc.stdout

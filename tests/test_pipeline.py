@@ -1,0 +1,138 @@
+"""A real Snakemake run of a tiny config, then the incremental behaviours as dry runs."""
+
+import json
+
+import pytest
+import yaml
+
+from tiny_models import write_model_dir
+from workflow import copy_workflow, planned_jobs, snakemake, write_config
+
+SKIPS = [0.2, 0.4]
+DRAFTS = [2, 3]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("wf")
+    copy_workflow(d)
+    src = write_model_dir(d / "tiny_src", "llama", layers=6, tie_word_embeddings=False)
+    cfg = {
+        "models": {
+            "tiny": {"source": str(src), "quantize": None},
+            "tiny-q4": {"source": str(src), "quantize": {"bits": 4, "group_size": 64}},
+        },
+        "selfspec": {
+            "strategies": ["middle"],
+            "engines": ["mlx_lm"],
+            "skip_fractions": SKIPS,
+            "draft_lengths": DRAFTS,
+            "max_tokens": 12,
+            "repeats": 1,
+            "warmup": 1,
+            "prompt_set": "stdlib_code",
+        },
+        "bench": {"model": "tiny", "skip_fraction": 0.3, "num_draft": 2, "repeats": 1},
+    }
+    write_config(d, cfg)
+    # Two cores: timing jobs must still never overlap.
+    snakemake(d, "--cores", "2", "all", "bench")
+    return d, cfg
+
+
+def cells(d):
+    return sorted((d / "results" / "selfspec").rglob("*.json"))
+
+
+def test_every_cell_is_written_lossless_and_complete(run):
+    d, _ = run
+    paths = cells(d)
+    assert len(paths) == 2 * len(SKIPS) * len(DRAFTS)
+    for p in paths:
+        c = json.loads(p.read_text())
+        for key in ("model", "strategy", "skip_fraction", "num_draft", "n_layers", "skipped_layers", "baseline_tps",
+                    "selfspec_tps", "speedup", "speedup_ci", "acceptance_rate", "tokens_per_verify", "lossless",
+                    "peak_memory_gb", "environment", "per_prompt", "engine"):
+            assert key in c, f"{p} lacks {key}"
+        assert c["lossless"] is True
+        assert c["n_layers"] == 6
+        assert c["speedup_ci"][0] <= c["speedup"] <= c["speedup_ci"][1]
+        for pp in c["per_prompt"]:
+            assert pp["lossless"] and pp["first_divergence"] is None and pp["prompt_tokens"] > 0
+            assert pp["tokens"] == pp["tokens"][:12] and len(pp["tokens"]) >= 1
+        for k in ("chip", "os", "backend_device", "mlx", "mlx_lm", "config_hash", "blas"):
+            assert k in c["environment"]
+
+
+def test_quantized_model_was_converted(run):
+    d, _ = run
+    cfg = json.loads((d / "resources/models/tiny-q4/mlx/config.json").read_text())
+    assert cfg["quantization"]["bits"] == 4
+    assert (d / "resources/models/tiny/mlx/model.safetensors").is_symlink()
+
+
+def test_timing_jobs_never_overlap(run):
+    d, _ = run
+    spans = sorted((c["started_at"], c["finished_at"]) for c in map(lambda p: json.loads(p.read_text()), cells(d)))
+    for (s0, e0), (s1, e1) in zip(spans, spans[1:]):
+        assert s1 >= e0, "two timing cells ran at the same time"
+
+
+def test_tables_summary_and_plots(run):
+    d, _ = run
+    import pandas as pd
+
+    df = pd.read_csv(d / "results/tables/selfspec_sweep.csv")
+    assert len(df) == 2 * len(SKIPS) * len(DRAFTS)
+    assert set(df.model) == {"tiny", "tiny-q4"}
+    summary = (d / "results/summary.md").read_text()
+    assert "lossless" in summary and "tiny-q4" in summary and "blas" in summary
+    md = (d / "results/tables/selfspec_sweep.md").read_text()
+    assert md.count("\n") == len(df) + 2
+    from PIL import Image
+
+    for name in ("selfspec_heatmap.png", "selfspec_vs_skip.png"):
+        w, h = Image.open(d / "results/plots" / name).size
+        assert w >= 400 and h >= 300
+
+
+def test_bench_reports_ratios(run):
+    d, _ = run
+    b = json.loads((d / "results/bench/engine.json").read_text())
+    assert b["plain_vs_mlx_lm"] > 0 and b["selfspec_vs_mlx_lm"] > 0
+    assert b["plain"]["identical_tokens"] and b["selfspec"]["identical_tokens"]
+
+
+def test_nothing_to_do_after_a_run(run):
+    d, _ = run
+    assert planned_jobs(d) == {}
+
+
+def test_new_grid_value_schedules_only_new_cells(run):
+    d, cfg = run
+    grown = json.loads(json.dumps(cfg))
+    grown["selfspec"]["draft_lengths"] = DRAFTS + [4]
+    write_config(d, grown, "grown.yaml")
+    jobs = planned_jobs(d, config="config/grown.yaml")
+    assert jobs == {"selfspec_cell": 2 * len(SKIPS), "aggregate": 1, "plot_selfspec": 1, "all": 1}
+
+
+def test_editing_a_plot_script_reruns_plots_only(run):
+    d, _ = run
+    script = d / "scripts" / "plot_selfspec.py"
+    script.write_text(script.read_text() + "\n# edited\n")
+    try:
+        assert planned_jobs(d) == {"plot_selfspec": 1, "all": 1}
+    finally:
+        snakemake(d, "--cores", "1", "--touch")
+
+
+def test_changing_one_model_reruns_only_that_model(run):
+    d, cfg = run
+    changed = json.loads(json.dumps(cfg))
+    changed["models"]["tiny-q4"]["quantize"] = {"bits": 8, "group_size": 64}
+    write_config(d, changed, "changed.yaml")
+    jobs = planned_jobs(d, config="config/changed.yaml")
+    n = len(SKIPS) * len(DRAFTS)
+    assert jobs == {"quantize_model": 1, "reference_outputs": 1, "selfspec_cell": n, "aggregate": 1,
+                    "plot_selfspec": 1, "all": 1}
