@@ -5,6 +5,7 @@
 rule aggregate:
     input:
         cells=get_cells(),
+        profiles=get_profiles(),
     output:
         csv="results/tables/selfspec_sweep.csv",
         md="results/tables/selfspec_sweep.md",
@@ -21,7 +22,31 @@ rule plot_selfspec:
     output:
         heatmap="results/plots/selfspec_heatmap.png",
         curve="results/plots/selfspec_vs_skip.png",
+        frontier="results/plots/acceptance_vs_cost.png",
     log:
         "results/plots/plot_selfspec.log",
     script:
         "../scripts/plot_selfspec.py"
+
+
+rule plot_adaptive:
+    input:
+        "results/tables/selfspec_sweep.csv",
+    output:
+        sublayers="results/plots/sublayer_map.png",
+        predicted="results/plots/predicted_vs_measured.png",
+    log:
+        "results/plots/plot_adaptive.log",
+    script:
+        "../scripts/plot_adaptive.py"
+
+
+rule plot_profile:
+    input:
+        "results/profile/{model}.json",
+    output:
+        "results/plots/profile_{model}.png",
+    log:
+        "results/plots/profile_{model}.log",
+    script:
+        "../scripts/plot_profile.py"

@@ -77,6 +77,7 @@ def get_cell_params(wildcards):
         "max_tokens": s["max_tokens"],
         "repeats": s["repeats"],
         "warmup": s.get("warmup", 1),
+        "draft_threshold": s.get("draft_threshold") if wildcards.engine_tag else None,
     }
 
 
@@ -115,4 +116,38 @@ def get_final_output():
         "results/summary.md",
         "results/plots/selfspec_heatmap.png",
         "results/plots/selfspec_vs_skip.png",
-    ]
+        "results/plots/acceptance_vs_cost.png",
+    ] + [f"results/plots/profile_{m}.png" for m in GRID_MODELS] + (
+        ["results/plots/sublayer_map.png", "results/plots/predicted_vs_measured.png"]
+        if any(s in ADAPTIVE for s in STRATEGIES)
+        else []
+    )
+
+
+ADAPTIVE = ("knapsack", "auto")
+CALIBRATION_SET = config["selfspec"].get("calibration_set", PROMPT_SET)
+
+
+def get_profile_path(wildcards):
+    return f"results/profile/{wildcards.model}.json"
+
+
+def get_calibration_prompts(wildcards):
+    return str(PROMPTS_DIR / f"{CALIBRATION_SET}.yaml")
+
+
+def get_cell_inputs(wildcards):
+    """A cell's inputs; knapsack and auto cells also read the model's profile and calibration."""
+    inputs = {
+        "model": get_model_dir(wildcards),
+        "prompts": get_prompt_set(wildcards),
+        "reference": get_reference(wildcards),
+    }
+    if wildcards.strategy in ADAPTIVE:
+        inputs["profile"] = get_profile_path(wildcards)
+        inputs["calibration"] = f"results/calibration/{wildcards.model}.json"
+    return inputs
+
+
+def get_profiles(wildcards=None):
+    return [f"results/profile/{m}.json" for m in GRID_MODELS]

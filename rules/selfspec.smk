@@ -19,11 +19,42 @@ rule reference_outputs:
         "../scripts/reference_outputs.py"
 
 
-rule selfspec_cell:
+rule profile_model:
     input:
         model=get_model_dir,
-        prompts=get_prompt_set,
-        reference=get_reference,
+    output:
+        "results/profile/{model}.json",
+    log:
+        "results/profile/{model}.log",
+    params:
+        contexts=config.get("profile", {}).get("contexts", [32, 64, 128, 256, 512, 1024]),
+        repeats=config.get("profile", {}).get("repeats", 30),
+    resources:
+        timing=1,
+    script:
+        "../scripts/profile_model.py"
+
+
+rule calibrate_model:
+    input:
+        model=get_model_dir,
+        profile=get_profile_path,
+        prompts=get_calibration_prompts,
+    output:
+        "results/calibration/{model}.json",
+    log:
+        "results/calibration/{model}.log",
+    params:
+        new_tokens=config["selfspec"].get("calibration_tokens", 64),
+    resources:
+        timing=1,
+    script:
+        "../scripts/calibrate_model.py"
+
+
+rule selfspec_cell:
+    input:
+        unpack(get_cell_inputs),
     output:
         "results/selfspec/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}.json",
     log:

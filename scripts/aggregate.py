@@ -4,4 +4,10 @@ sys.stderr = open(snakemake.log[0], "w")
 
 from selfspec.report import write_sweep
 
-write_sweep(snakemake.input.cells, snakemake.output.csv, snakemake.output.md, snakemake.output.summary)
+write_sweep(
+    snakemake.input.cells,
+    snakemake.output.csv,
+    snakemake.output.md,
+    snakemake.output.summary,
+    profile_paths=snakemake.input.profiles,
+)

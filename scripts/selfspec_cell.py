@@ -5,11 +5,18 @@ sys.stderr = open(snakemake.log[0], "w")
 
 from selfspec.cell import selfspec_cell, write_json
 
+
+def read(name):
+    return json.load(open(snakemake.input[name])) if name in snakemake.input.keys() else None
+
+
 result = selfspec_cell(
     snakemake.input.model,
-    json.load(open(snakemake.input.reference)),
+    read("reference"),
     snakemake.input.prompts,
     model_name=snakemake.wildcards.model,
+    profile=read("profile"),
+    calibration=read("calibration"),
     **snakemake.params.cell,
 )
 write_json(result, snakemake.output[0])

@@ -6,7 +6,8 @@ from typing import Dict
 
 import mlx.core as mx
 
-from .cell import _log, encoded_prompts, eos_ids
+from .cell import _log
+from .prompts import encoded_prompts, eos_ids
 from .environment import environment
 from .forward import LayerSkipDraft
 from .generation import mlx_lm_selfspec_stream, plain_stream

@@ -14,10 +14,11 @@ from typing import Any, Dict, List, Optional
 from .environment import environment
 from .forward import LayerSkipDraft
 from .generation import ENGINES, mlx_lm_selfspec_stream, plain_stream, timed_generation
-from .loop import selfspec_loop
+from .calibrate import select_plan
+from .loop import plain_loop, selfspec_loop
 from .measure import paired_runs, summarize
 from .models import load, model_parts
-from .prompts import encode_prompt, load_prompt_set
+from .prompts import encoded_prompts, eos_ids
 from .strategies import make_plan
 
 import mlx.core as mx
@@ -25,21 +26,6 @@ import mlx.core as mx
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def eos_ids(tokenizer) -> List[int]:
-    ids = getattr(tokenizer, "eos_token_ids", None)
-    if ids is None:
-        ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    return sorted(int(i) for i in ids)
-
-
-def encoded_prompts(tokenizer, prompt_set_path) -> List[Dict[str, Any]]:
-    ps = load_prompt_set(prompt_set_path)
-    return [
-        {"id": p.id, "tokens": encode_prompt(tokenizer, p.text, ps["format"], ps["chat_template_kwargs"])}
-        for p in ps["prompts"]
-    ]
 
 
 def reference_outputs(model_path, prompt_set_path, max_tokens: int, model_name: str = "") -> Dict:
@@ -82,6 +68,9 @@ def selfspec_cell(
     repeats: int,
     engine: str = "mlx_lm",
     warmup: int = 1,
+    draft_threshold: Optional[float] = None,
+    profile: Optional[Dict] = None,
+    calibration: Optional[Dict] = None,
 ) -> Dict:
     cfg = {
         "model": model_name,
@@ -92,13 +81,22 @@ def selfspec_cell(
         "max_tokens": max_tokens,
         "repeats": repeats,
         "prompt_set": Path(prompt_set_path).stem,
+        "draft_threshold": draft_threshold if engine == "ours" else None,
     }
     started_at = time.time()
     t0 = time.perf_counter()
     model, tokenizer = load(model_path)
     parts = model_parts(model)
     n_layers = len(parts.layers)
-    plan = make_plan(strategy, n_layers, skip_fraction)
+    selection = {"num_draft": num_draft, "predicted_speedup": None, "fallback": False}
+    if strategy in ("knapsack", "auto"):
+        if calibration is None or profile is None:
+            raise ValueError(f"strategy '{strategy}' needs the model's profile and calibration")
+        selection = select_plan(strategy, calibration, profile, skip_fraction, num_draft)
+        plan = selection["plan"]
+    else:
+        plan = make_plan(strategy, n_layers, skip_fraction)
+    draft_len = selection["num_draft"]
     prompts = encoded_prompts(tokenizer, prompt_set_path)
     ref = {o["prompt_id"]: o["tokens"] for o in reference["outputs"]}
     missing = [p["id"] for p in prompts if p["id"] not in ref]
@@ -107,10 +105,14 @@ def selfspec_cell(
     if reference.get("max_tokens") != max_tokens:
         raise ValueError(f"reference was made with max_tokens={reference.get('max_tokens')}, cell wants {max_tokens}")
 
-    candidate = selfspec_candidate(engine, model, plan, max_tokens, num_draft)
-
     def plain(prompt):
         return plain_stream(model, prompt, max_tokens)
+
+    if selection["fallback"]:
+        # auto predicted no gain: it decodes plainly, with the engine's own plain loop.
+        candidate = plain if engine == "mlx_lm" else (lambda p: plain_loop(parts, p, max_tokens))
+    else:
+        candidate = selfspec_candidate(engine, model, plan, max_tokens, draft_len, draft_threshold)
 
     records = paired_runs(prompts, plain, candidate, eos_ids(tokenizer), repeats, warmup, log=_log)
     result = {
@@ -118,6 +120,9 @@ def selfspec_cell(
         "n_layers": n_layers,
         "skipped_layers": plan.skipped_layers,
         "skipped_sublayers": plan.as_records(),
+        "draft_length_used": draft_len,
+        "predicted_speedup": selection["predicted_speedup"],
+        "fallback": selection["fallback"],
         "baseline_engine": "mlx_lm.generate_step",
         "acceptance_definition": "accepted draft tokens / drafted tokens",
         **summarize(records, ref),

@@ -60,7 +60,8 @@ def known_num_layers(name: str, model_cfg: Dict, basedir: str = ".") -> Optional
 
 
 def check_grid(n_layers: int, selfspec: Dict, model_name: str) -> None:
-    for strategy in selfspec["strategies"]:
+    # knapsack/auto always keep the first and last layers; only middle can remove them.
+    for strategy in [s for s in selfspec["strategies"] if s == "middle"]:
         for f in selfspec["skip_fractions"]:
             try:
                 make_plan(strategy, n_layers, f)
@@ -80,9 +81,17 @@ def check_config(config: Dict, basedir: str = ".") -> None:
     for name in s.get("models") or []:
         if name not in models:
             raise ConfigError(f"selfspec.models: '{name}' is not a configured model (have: {', '.join(models)})")
-    prompt_file = Path(basedir) / "config" / "prompts" / f"{s['prompt_set']}.yaml"
-    if not prompt_file.is_file():
-        raise ConfigError(f"selfspec.prompt_set: no prompt set file {prompt_file}")
+    for key in ("prompt_set", "calibration_set"):
+        if key not in s:
+            continue
+        prompt_file = Path(basedir) / "config" / "prompts" / f"{s[key]}.yaml"
+        if not prompt_file.is_file():
+            raise ConfigError(f"selfspec.{key}: '{s[key]}' has no prompt set file {prompt_file}")
+    if set(s["strategies"]) & {"knapsack", "auto"} and s.get("calibration_set", s["prompt_set"]) == s["prompt_set"]:
+        raise ConfigError(
+            "selfspec.calibration_set: knapsack/auto need calibration prompts apart from prompt_set "
+            f"('{s['prompt_set']}'), so that no cell is tuned on what it is scored on"
+        )
     bench = config.get("bench")
     if bench and bench.get("model") and bench["model"] not in models:
         raise ConfigError(f"bench.model: '{bench['model']}' is not a configured model")

@@ -67,3 +67,104 @@ def speedup_vs_skip(df: pd.DataFrame, out) -> None:
     g.figure.tight_layout()
     g.savefig(out, dpi=DPI, bbox_inches=None)
     plt.close(g.figure)
+
+
+def acceptance_vs_cost(df: pd.DataFrame, out) -> None:
+    """Acceptance against predicted draft cost for every strategy: the frontier a draft must
+    cross to win. Dashed: the acceptance at which k drafts break even, if verifying k+1
+    tokens cost the same as one (the best case; real verify curves make it harder)."""
+    sns.set_theme(style="ticks")
+    d = df[~df.fallback.astype(bool)] if "fallback" in df else df
+    d = d.dropna(subset=["draft_cost_ratio"])
+    ncol = max(1, df.model.nunique())
+    fig, axes = plt.subplots(1, ncol, figsize=(5.2 * ncol, 4.4), squeeze=False)
+    c = np.linspace(0.05, 1.0, 60)
+    for ax, (model, g) in zip(axes[0], df.groupby("model")):
+        gd = d[d.model == model]
+        if len(gd):
+            sns.scatterplot(data=gd, x="draft_cost_ratio", y="acceptance_rate", hue="strategy", style="engine",
+                            size="speedup", sizes=(30, 200), ax=ax, legend=ax is axes[0][-1])
+        for k, ls in ((1, ":"), (3, "--")):
+            # speedup = (1 - a^(k+1)) / ((1 - a)(k c + 1)) = 1, solved for a numerically.
+            a = np.linspace(0.0, 0.999, 400)
+            gain = (1 - a[None, :] ** (k + 1)) / ((1 - a[None, :]) * (k * c[:, None] + 1))
+            be = [a[np.argmax(row >= 1.0)] if (row >= 1.0).any() else np.nan for row in gain]
+            ax.plot(c, be, color="grey", ls=ls, lw=1, label=f"break-even, k={k}")
+        ax.set(xlim=(0, 1.02), ylim=(0, 1.02), xlabel="draft cost / full-model cost (profiled)",
+               ylabel="acceptance rate", title=model)
+    if axes[0][-1].get_legend() is not None:
+        sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
+    fig.suptitle("Acceptance against draft cost, by strategy (grey: break-even for k=1 dotted, k=3 dashed, if verify cost were flat)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=DPI)
+    plt.close(fig)
+
+
+def sublayer_map(df: pd.DataFrame, out) -> None:
+    """Which sublayers the knapsack/auto drafts skip: share of each model's adaptive cells
+    that skip each (layer, attention|MLP)."""
+    sns.set_theme(style="white")
+    d = df[df.strategy.isin(["knapsack", "auto"]) & ~df.fallback.astype(bool)]
+    models = sorted(df.model.unique())
+    fig, axes = plt.subplots(len(models), 1, figsize=(10, 1.9 * len(models) + 0.6), squeeze=False)
+    for ax, model in zip(axes[:, 0], models):
+        g = d[d.model == model]
+        n = int(df[df.model == model].n_layers.iloc[0])
+        grid = np.zeros((2, n))
+        for s in g.skipped_sublayers.fillna(""):
+            for tok in s.split():
+                grid[0 if tok[-1] == "a" else 1, int(tok[:-1])] += 1
+        if len(g):
+            grid /= len(g)
+        sns.heatmap(grid, vmin=0, vmax=1, cmap="Greens", ax=ax, cbar=True, linewidths=0.5,
+                    yticklabels=["attention", "MLP"], xticklabels=list(range(n)),
+                    cbar_kws={"label": "share skipped"})
+        ax.set_title(f"{model}: sublayers skipped by knapsack/auto drafts ({len(g)} cells)")
+        ax.set_xlabel("layer")
+    fig.tight_layout()
+    fig.savefig(out, dpi=DPI)
+    plt.close(fig)
+
+
+def predicted_vs_measured(df: pd.DataFrame, out) -> None:
+    """The cost model's accuracy: predicted against measured speedup for adaptive cells."""
+    sns.set_theme(style="ticks")
+    d = df[df.strategy.isin(["knapsack", "auto"])].dropna(subset=["predicted_speedup"])
+    fig, ax = plt.subplots(figsize=(6, 5))
+    if len(d):
+        sns.scatterplot(data=d, x="predicted_speedup", y="speedup", hue="model", style="strategy", ax=ax, s=60)
+        lo = min(d.predicted_speedup.min(), d.speedup.min(), 0.5) * 0.95
+        hi = max(d.predicted_speedup.max(), d.speedup.max(), 1.2) * 1.05
+        ax.plot([lo, hi], [lo, hi], color="grey", lw=1, ls="--", label="y = x")
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.set(xlim=(lo, hi), ylim=(lo, hi))
+    ax.set(xlabel="predicted speedup (profile + calibration)", ylabel="measured speedup (median)",
+           title="Cost model accuracy")
+    fig.tight_layout()
+    fig.savefig(out, dpi=DPI)
+    plt.close(fig)
+
+
+def profile_plot(profile: dict, out) -> None:
+    """Attention time against context and the verify cost curve, with their fits."""
+    sns.set_theme(style="ticks")
+    fit = profile["fit"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    x = np.asarray(profile["contexts"], float)
+    a1.plot(x, np.asarray(profile["attention_seconds"]) * 1e3, "o", label="attention (measured)")
+    a1.plot(x, (fit["attn_a"] + fit["attn_b"] * x) * 1e3, "-", label="attention (fit)")
+    a1.axhline(profile["mlp_seconds"] * 1e3, color="C2", ls="--", label="MLP (measured)")
+    a1.set(xlabel="context length (tokens)", ylabel="ms per sublayer, 1 token", title="Sublayer cost")
+    a1.legend(fontsize=8)
+    k = np.asarray(profile["verify_tokens"], float)
+    a2.plot(k, profile["verify_ratio"], "o-", label="measured")
+    a2.plot(k, (fit["verify_a"] + fit["verify_b"] * k) / profile["verify_seconds"][0], "--", label="fit")
+    a2.plot(k, k, ":", color="grey", label="linear (k x one token)")
+    a2.set(xlabel="tokens in one full forward (k)", ylabel="time / one-token forward",
+           title=f"Verify cost curve (context {profile['verify_context']})")
+    a2.legend(fontsize=8)
+    fig.suptitle(f"{profile['model']}: device latency profile ({profile['environment'].get('chip')}, "
+                 f"{(profile['environment'].get('blas') or 'Metal').split(' (')[0]})")
+    fig.tight_layout()
+    fig.savefig(out, dpi=DPI)
+    plt.close(fig)

@@ -54,3 +54,18 @@ def encode_prompt(tokenizer, text: str, fmt: str = "auto", chat_template_kwargs:
         ids = ids["input_ids"] if hasattr(ids, "keys") else ids
         return [int(i) for i in ids]
     return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def eos_ids(tokenizer) -> List[int]:
+    ids = getattr(tokenizer, "eos_token_ids", None)
+    if ids is None:
+        ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    return sorted(int(i) for i in ids)
+
+
+def encoded_prompts(tokenizer, prompt_set_path) -> List[Dict[str, Any]]:
+    ps = load_prompt_set(prompt_set_path)
+    return [
+        {"id": p.id, "tokens": encode_prompt(tokenizer, p.text, ps["format"], ps["chat_template_kwargs"])}
+        for p in ps["prompts"]
+    ]

@@ -2,7 +2,7 @@
 
 import json
 from pathlib import Path
-from typing import Iterable, List
+from typing import Dict, Iterable, List, Optional
 
 import pandas as pd
 
@@ -14,6 +14,11 @@ COLUMNS = [
     "num_draft",
     "n_layers",
     "skipped_layers",
+    "skipped_sublayers",
+    "draft_length_used",
+    "fallback",
+    "draft_cost_ratio",
+    "predicted_speedup",
     "baseline_tps",
     "selfspec_tps",
     "speedup",
@@ -33,14 +38,37 @@ def load_cells(paths: Iterable) -> List[dict]:
     return [json.loads(Path(p).read_text()) for p in paths]
 
 
-def sweep_table(cells: List[dict]) -> pd.DataFrame:
+def draft_cost_ratio(cell: dict, profile: Optional[dict]) -> float:
+    """Predicted cost of one draft token over one full-model token (from the device profile),
+    at the cell's mean context length."""
+    if profile is None:
+        return float("nan")
+    from .profile import LatencyModel
+
+    lat = LatencyModel.from_dict(profile["fit"])
+    pp = cell["per_prompt"]
+    context = sum(p["prompt_tokens"] + len(p["tokens"]) / 2 for p in pp) / len(pp)
+    skipped = [(r["layer"], r["part"]) for r in cell.get("skipped_sublayers", [])]
+    return lat.draft_pass(skipped, context) / lat.full_pass(1)
+
+
+def sublayer_label(records) -> str:
+    return " ".join(f"{r['layer']}{r['part'][0]}" for r in records)
+
+
+def sweep_table(cells: List[dict], profiles: Optional[Dict[str, dict]] = None) -> pd.DataFrame:
     rows = []
+    profiles = profiles or {}
     for c in cells:
         rows.append(
             {
                 **{k: c.get(k) for k in COLUMNS},
                 "engine": c.get("engine", "mlx_lm"),
                 "skipped_layers": " ".join(map(str, c.get("skipped_layers", []))),
+                "skipped_sublayers": sublayer_label(c.get("skipped_sublayers", [])),
+                "draft_length_used": c.get("draft_length_used", c["num_draft"]),
+                "fallback": bool(c.get("fallback", False)),
+                "draft_cost_ratio": draft_cost_ratio(c, profiles.get(c["model"])),
                 "speedup_ci_low": c["speedup_ci"][0],
                 "speedup_ci_high": c["speedup_ci"][1],
                 "blas": (c["environment"].get("blas") or "-").split(" (")[0],
@@ -56,10 +84,15 @@ def markdown_table(df: pd.DataFrame) -> str:
         f"{s:.2f}x [{lo:.2f}, {hi:.2f}]" for s, lo, hi in zip(df.speedup, df.speedup_ci_low, df.speedup_ci_high)
     ]
     show["lossless"] = ["yes" if x else "**NO: diverged**" for x in df.lossless]
-    show["acceptance_rate"] = [f"{a:.0%}" for a in df.acceptance_rate]
+    show["acceptance_rate"] = ["-" if pd.isna(a) else f"{a:.0%}" for a in df.acceptance_rate]
+    show["skipped"] = [
+        "none (plain fallback)" if fb else (sub if len(sub) < 40 else f"{len(sub.split())} sublayers")
+        for fb, sub in zip(df.fallback, df.skipped_sublayers.fillna(""))
+    ]
     cols = [
-        "model", "strategy", "engine", "skip_fraction", "num_draft", "skipped_layers", "baseline_tps",
-        "selfspec_tps", "speedup", "speedup_e2e", "acceptance_rate", "tokens_per_verify", "lossless",
+        "model", "strategy", "engine", "skip_fraction", "num_draft", "draft_length_used", "skipped",
+        "draft_cost_ratio", "baseline_tps", "selfspec_tps", "speedup", "predicted_speedup", "speedup_e2e",
+        "acceptance_rate", "tokens_per_verify", "lossless",
     ]
     return show[cols].to_markdown(index=False, floatfmt=".2f") + "\n"
 
@@ -100,9 +133,10 @@ def summary_markdown(df: pd.DataFrame, cells: List[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_sweep(cell_paths, csv_path, md_path, summary_path) -> pd.DataFrame:
+def write_sweep(cell_paths, csv_path, md_path, summary_path, profile_paths=()) -> pd.DataFrame:
     cells = load_cells(cell_paths)
-    df = sweep_table(cells)
+    profiles = {p["model"]: p for p in load_cells(profile_paths)}
+    df = sweep_table(cells, profiles)
     Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(csv_path, index=False)
     Path(md_path).write_text(markdown_table(df))

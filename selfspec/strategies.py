@@ -6,7 +6,9 @@ A plan is a set of skipped sublayers; a whole skipped layer is its attention and
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
-STRATEGIES = ("middle",)
+# middle: the seeds' contiguous block. knapsack/auto: chosen from measurements
+# (selfspec.knapsack, selfspec.calibrate), so they need a profile and calibration.
+STRATEGIES = ("middle", "knapsack", "auto")
 PARTS = ("attention", "mlp")
 
 
@@ -59,4 +61,6 @@ def middle_skip(n_layers: int, skip_fraction: float) -> List[int]:
 def make_plan(strategy: str, n_layers: int, skip_fraction: float) -> SkipPlan:
     if strategy == "middle":
         return SkipPlan.from_layers(n_layers, middle_skip(n_layers, skip_fraction))
+    if strategy in STRATEGIES:
+        raise SkipError(f"strategy '{strategy}' is chosen from measurements: use calibrate.select_plan")
     raise SkipError(f"unknown strategy '{strategy}' (known: {', '.join(STRATEGIES)})")

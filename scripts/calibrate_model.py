@@ -1,0 +1,16 @@
+import json
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from selfspec.calibrate import run_calibration
+from selfspec.cell import write_json
+
+result = run_calibration(
+    snakemake.input.model,
+    snakemake.input.prompts,
+    json.load(open(snakemake.input.profile)),
+    model_name=snakemake.wildcards.model,
+    new_tokens=snakemake.params.new_tokens,
+)
+write_json(result, snakemake.output[0])

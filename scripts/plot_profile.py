@@ -1,0 +1,8 @@
+import json
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from selfspec.plots import profile_plot
+
+profile_plot(json.load(open(snakemake.input[0])), snakemake.output[0])

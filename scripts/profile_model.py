@@ -1,0 +1,14 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from selfspec.calibrate import run_profile
+from selfspec.cell import write_json
+
+result = run_profile(
+    snakemake.input.model,
+    snakemake.wildcards.model,
+    contexts=tuple(snakemake.params.contexts),
+    repeats=snakemake.params.repeats,
+)
+write_json(result, snakemake.output[0])

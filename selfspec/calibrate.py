@@ -1,0 +1,85 @@
+"""Per-model selection data: the latency profile and the knapsack frontier.
+
+Calibration prompts are separate from evaluation prompts, so no cell is tuned on the
+text it is scored on.
+"""
+
+import sys
+from typing import Dict, Optional
+
+import mlx.core as mx
+
+from .prompts import encoded_prompts
+from .environment import environment
+from .generation import plain_stream, timed_generation
+from .knapsack import choose, frontier
+from .models import load, model_parts
+from .profile import LatencyModel, profile_model
+from .strategies import SkipPlan
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_profile(model_path, model_name: str, **kw) -> Dict:
+    model, _ = load(model_path)
+    prof = profile_model(model, **kw)
+    _log(f"profile: attention {prof['attention_seconds']}, mlp {prof['mlp_seconds']}, verify ratio {prof['verify_ratio']}")
+    cfg = {"model": model_name, **{k: list(v) if isinstance(v, (list, tuple)) else v for k, v in kw.items()}}
+    return {**cfg, **prof, "environment": environment(cfg)}
+
+
+def calibration_sequences(model, tokenizer, prompt_set_path, new_tokens: int):
+    """Calibration prompts with the full model's own greedy continuations, cut to one length."""
+    seqs = []
+    for p in encoded_prompts(tokenizer, prompt_set_path):
+        prompt = mx.array(p["tokens"], mx.uint32)
+        out = timed_generation(lambda: plain_stream(model, prompt, new_tokens), len(p["tokens"])).tokens
+        seqs.append(p["tokens"] + out)
+    length = min(len(s) for s in seqs)
+    return mx.array([s[-length:] for s in seqs], dtype=mx.uint32), length - new_tokens
+
+
+def run_calibration(model_path, prompt_set_path, profile: Dict, *, model_name: str, new_tokens: int = 64,
+                    bins: int = 64) -> Dict:
+    model, tokenizer = load(model_path)
+    parts = model_parts(model)
+    lat = LatencyModel.from_dict(profile["fit"])
+    seqs, score_from = calibration_sequences(model, tokenizer, prompt_set_path, new_tokens)
+    context = score_from + new_tokens / 2
+    front = frontier(parts, seqs, score_from, lat, context, bins=bins)
+    best = choose(front, lat, 1.0, 8)
+    _log(f"calibration: {len(front['points'])} budgets; best predicted {best['predicted_speedup']:.2f}x at k={best['num_draft']}")
+    cfg = {"model": model_name, "calibration_set": str(prompt_set_path).rsplit("/", 1)[-1], "new_tokens": new_tokens,
+           "bins": bins}
+    return {
+        **cfg,
+        "n_layers": len(parts.layers),
+        "sequences": int(seqs.shape[0]),
+        "scored_positions": int(seqs.shape[0] * new_tokens),
+        **front,
+        "best": {"predicted_speedup": best["predicted_speedup"], "num_draft": best["num_draft"],
+                 "budget": best["point"]["budget"] if best["point"] else None},
+        "environment": environment(cfg),
+    }
+
+
+def select_plan(strategy: str, calibration: Dict, profile: Dict, skip_fraction: float, num_draft: int,
+                margin: float = 0.0) -> Dict:
+    """The draft a `knapsack` or `auto` cell runs, with its predicted speedup.
+
+    The skip fraction caps the share of skippable time the draft may skip and num_draft caps
+    the draft length. `auto` falls back to plain decoding (num_draft 0) when no plan is
+    predicted to beat it by more than `margin`.
+    """
+    lat = LatencyModel.from_dict(profile["fit"])
+    best = choose(calibration, lat, skip_fraction, num_draft)
+    n = calibration["n_layers"]
+    if best["point"] is None or (strategy == "auto" and best["predicted_speedup"] <= 1.0 + margin):
+        return {"plan": SkipPlan(n), "num_draft": 0, "predicted_speedup": best["predicted_speedup"],
+                "fallback": True, "predicted_agreement": None}
+    skipped = tuple((r["layer"], r["part"]) for r in best["point"]["skipped_sublayers"])
+    return {"plan": SkipPlan(n, skipped), "num_draft": best["num_draft"],
+            "predicted_speedup": best["predicted_speedup"], "fallback": False,
+            "predicted_agreement": best["point"]["agreement"]}

@@ -1,0 +1,169 @@
+"""KnapSpec-style draft selection (arXiv 2602.20217), on measured costs.
+
+Items are the attention and MLP sublayers of layers 1..n-2 (the first and last layers are
+always kept). An item's weight is its profiled time at the working context length; its
+value comes from running the draft: a DP over (depth, skipped weight) keeps, for every
+budget, the draft hidden state closest (mean cosine) to the full model's at that depth.
+At the end each budget's draft is scored by top-1 agreement with the full model on
+calibration text, and budget and draft length are chosen to maximize predicted tokens
+per unit time.
+
+Hidden states are computed teacher-forced over whole calibration sequences (as SWIFT
+scores candidates): the draft's attention reads keys and values from its own hidden
+states, which is a little pessimistic against decoding, where it reads the verified cache.
+"""
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import mlx.core as mx
+import numpy as np
+
+from .models import ModelParts
+from .profile import LatencyModel
+
+SIM_THRESHOLD = 0.5  # KnapSpec prunes states whose mean cosine falls below this
+MAX_DRAFT = 8
+
+
+def _sublayer(layer, part: str, h: mx.array) -> mx.array:
+    if part == "attention":
+        return h + layer.self_attn(layer.input_layernorm(h), "causal", None)
+    return h + layer.mlp(layer.post_attention_layernorm(h))
+
+
+def _cosine(a: mx.array, b: mx.array, mask: mx.array) -> mx.array:
+    """Mean cosine over masked positions, per batch-of-states element: a [S,B,T,d], b [B,T,d]."""
+    num = (a * b).sum(-1)
+    den = mx.sqrt((a * a).sum(-1) * (b * b).sum(-1)) + 1e-9
+    cos = num / den
+    return (cos * mask).sum((-1, -2)) / mask.sum()
+
+
+@dataclass
+class FrontierPoint:
+    budget: int  # skipped weight, in bins
+    skipped: Tuple[Tuple[int, str], ...]
+    cosine: float
+    agreement: float  # top-1 agreement with the full model on calibration positions
+    draft_seconds: float  # predicted cost of one draft token
+
+
+def predicted_speedup(alpha: float, k: int, draft_s: float, lat: LatencyModel) -> float:
+    """Tokens per unit time over plain decoding, with i.i.d. acceptance alpha:
+    E[tokens per round] = (1 - a^(k+1)) / (1 - a); a round costs k drafts plus a (k+1)-token verify."""
+    if k == 0:
+        return 1.0
+    alpha = min(alpha, 0.999)
+    expected = (1 - alpha ** (k + 1)) / (1 - alpha)
+    return expected * lat.full_pass(1) / (k * draft_s + lat.full_pass(k + 1))
+
+
+def frontier(
+    parts: ModelParts,
+    sequences: mx.array,
+    score_from: int,
+    lat: LatencyModel,
+    context: float,
+    bins: int = 64,
+    max_fraction: float = 0.8,
+) -> Dict:
+    """Best draft for every skipped-weight budget.
+
+    Args:
+        sequences: [B, T] calibration token ids (prompt + the full model's greedy continuation).
+        score_from: positions before this are context only, not scored.
+        bins: the skippable time is split into this many weight units.
+        max_fraction: the largest budget considered, as a fraction of the skippable time.
+    """
+    layers = parts.layers
+    n = len(layers)
+    costs = lat.sublayer_costs(context)
+    items = [(i, p) for i in range(1, n - 1) for p in ("attention", "mlp")]
+    total = sum(costs[p] for _, p in items)
+    unit = total / bins
+    weight = {it: max(1, int(round(costs[it[1]] / unit))) for it in items}
+    capacity = int(bins * max_fraction)
+
+    B, T = sequences.shape
+    mask = (mx.arange(T) >= score_from).astype(mx.float32)[None, :] * mx.ones((B, 1))
+    # The full model's hidden state at every depth, teacher-forced.
+    h = parts.embed_tokens(sequences)
+    for p in ("attention", "mlp"):
+        h = _sublayer(layers[0], p, h)
+    full = {}
+    ref = h
+    for it in items:
+        ref = _sublayer(layers[it[0]], it[1], ref)
+        full[it] = ref
+        mx.eval(ref)
+    final_full = ref
+    for p in ("attention", "mlp"):
+        final_full = _sublayer(layers[n - 1], p, final_full)
+    target = mx.argmax(parts.head(parts.norm(final_full)), axis=-1)
+    mx.eval(target)
+
+    # states: budget -> (hidden [B,T,d], skipped tuple, cosine)
+    states: Dict[int, Tuple[mx.array, Tuple, float]] = {0: (h, (), 1.0)}
+    for it in items:
+        i, p = it
+        budgets = sorted(states)
+        stacked = mx.stack([states[j][0] for j in budgets])  # [S,B,T,d]
+        executed = _sublayer(layers[i], p, stacked.reshape(-1, T, stacked.shape[-1])).reshape(stacked.shape)
+        cos_exec = _cosine(executed, full[it], mask)
+        cos_skip = _cosine(stacked, full[it], mask)
+        mx.eval(executed, cos_exec, cos_skip)
+        cands: Dict[int, Tuple[mx.array, Tuple, float]] = {}
+        for s, j in enumerate(budgets):
+            _, skipped, _ = states[j]
+            options = [(j, executed[s], skipped, cos_exec[s].item())]
+            if j + weight[it] <= capacity:
+                options.append((j + weight[it], stacked[s], skipped + (it,), cos_skip[s].item()))
+            for jj, hh, sk, c in options:
+                if c < SIM_THRESHOLD:
+                    continue
+                if jj not in cands or c > cands[jj][2]:
+                    cands[jj] = (hh, sk, c)
+        states = cands
+
+    points: List[FrontierPoint] = []
+    for j in sorted(states):
+        hh, skipped, c = states[j]
+        for p in ("attention", "mlp"):
+            hh = _sublayer(layers[n - 1], p, hh)
+        pred = mx.argmax(parts.head(parts.norm(hh)), axis=-1)
+        agree = ((pred == target).astype(mx.float32) * mask).sum() / mask.sum()
+        points.append(FrontierPoint(j, skipped, c, agree.item(), lat.draft_pass(skipped, context)))
+    return {
+        "unit_seconds": unit,
+        "skippable_seconds": total,
+        "bins": bins,
+        "capacity": capacity,
+        "context": context,
+        "weights": {"attention": weight[(1, "attention")], "mlp": weight[(1, "mlp")]},
+        "points": [
+            {
+                "budget": pt.budget,
+                "budget_fraction": pt.budget / bins,
+                "skipped_sublayers": [{"layer": i, "part": p} for i, p in pt.skipped],
+                "cosine": pt.cosine,
+                "agreement": pt.agreement,
+                "draft_seconds": pt.draft_seconds,
+                "draft_cost_ratio": pt.draft_seconds / lat.full_pass(1),
+            }
+            for pt in points
+        ],
+    }
+
+
+def choose(front: Dict, lat: LatencyModel, max_fraction: float, max_draft: int) -> Dict:
+    """The (budget, draft length) with the highest predicted speedup within the limits."""
+    best = {"predicted_speedup": 1.0, "num_draft": 0, "point": None}
+    for pt in front["points"]:
+        if pt["budget_fraction"] > max_fraction + 1e-9 or not pt["skipped_sublayers"]:
+            continue
+        for k in range(1, max_draft + 1):
+            s = predicted_speedup(pt["agreement"], k, pt["draft_seconds"], lat)
+            if best["point"] is None or s > best["predicted_speedup"]:
+                best = {"predicted_speedup": s, "num_draft": k, "point": pt}
+    return best

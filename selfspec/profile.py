@@ -1,0 +1,147 @@
+"""Device latency profile: what each sublayer and each verify pass costs on this machine.
+
+Measured, never assumed per chip: attention-sublayer time as a function of context
+length (it reads the KV cache, so it grows with context), MLP-sublayer time (constant),
+the fixed per-pass cost (embedding, final norm, head, dispatch), and one full forward of
+k = 1..8 tokens (the verify cost curve: nearly flat on Apple Silicon, growing on CPUs
+with quantized weights or the reference BLAS).
+"""
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Sequence
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+from .models import ModelParts, model_parts
+
+
+def _time(fn, repeats: int, warmup: int = 5) -> float:
+    """Median seconds of fn() with everything evaluated."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t)
+    return statistics.median(samples)
+
+
+@dataclass
+class LatencyModel:
+    """Fitted costs in seconds: attention(n) = attn_a + attn_b * n; mlp = const;
+    one full pass of k tokens = verify_a + verify_b * k (at the profiled context)."""
+
+    attn_a: float
+    attn_b: float
+    mlp: float
+    fixed: float
+    verify_a: float
+    verify_b: float
+    n_layers: int
+    attn_min: float = 0.0
+
+    def attention(self, context: float) -> float:
+        # A noisy fit must never make a sublayer free or negative.
+        return max(self.attn_a + self.attn_b * context, self.attn_min)
+
+    def full_pass(self, k: int = 1) -> float:
+        return self.verify_a + self.verify_b * k
+
+    def sublayer_costs(self, context: float) -> Dict[str, float]:
+        return {"attention": self.attention(context), "mlp": self.mlp}
+
+    def draft_pass(self, skipped: Sequence, context: float) -> float:
+        """One draft token's cost: a full single-token pass minus the skipped sublayers."""
+        costs = self.sublayer_costs(context)
+        saved = sum(costs[part] for _, part in skipped)
+        return max(self.full_pass(1) - saved, self.fixed)
+
+    @classmethod
+    def from_dict(cls, d: Dict) -> "LatencyModel":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def _fit_line(x, y):
+    b, a = np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)
+    return float(a), float(b)
+
+
+def profile_model(
+    model,
+    contexts: Sequence[int] = (32, 64, 128, 256, 512, 1024),
+    verify_tokens: Sequence[int] = tuple(range(1, 9)),
+    verify_context: int = 128,
+    repeats: int = 30,
+    layer: int = 1,
+) -> Dict:
+    parts = model_parts(model)
+    blk = parts.layers[min(layer, len(parts.layers) - 1)]
+    x1 = parts.embed_tokens(mx.array([[1]]))
+    mx.eval(x1)
+
+    attn_times = []
+    # The first pass compiles and allocates; time nothing until every shape has run once.
+    for n in list(contexts)[:1] + list(contexts):
+        cache = KVCache()
+        # Fill this layer's cache with n positions, then time one query token against it.
+        blk.self_attn(blk.input_layernorm(parts.embed_tokens(mx.arange(n)[None] % 100 + 1)), "causal", cache)
+        mx.eval(cache.keys, cache.values)
+
+        def attn_step():
+            mx.eval(blk.self_attn(blk.input_layernorm(x1), None, cache))
+            cache.trim(1)
+
+        attn_times.append(_time(attn_step, repeats))
+    attn_times = attn_times[1:]
+    mlp_time = _time(lambda: mx.eval(blk.mlp(blk.post_attention_layernorm(x1))), repeats)
+    fixed_time = _time(lambda: mx.eval(parts.head(parts.norm(parts.embed_tokens(mx.array([[1]]))))), repeats)
+
+    cache = make_prompt_cache(model)
+    model(mx.arange(verify_context)[None] % 100 + 1, cache=cache)
+    mx.eval([c.keys for c in cache])
+    verify_times = []
+    for k in verify_tokens:
+        toks = mx.arange(k)[None] % 100 + 1
+
+        def full_step():
+            mx.eval(model(toks, cache=cache))
+            for c in cache:
+                c.trim(k)
+
+        verify_times.append(_time(full_step, max(5, repeats // 3)))
+
+    attn_a, attn_b = _fit_line(contexts, attn_times)
+    verify_a, verify_b = _fit_line(verify_tokens, verify_times)
+    fit = LatencyModel(attn_a, max(attn_b, 0.0), mlp_time, fixed_time, verify_a, verify_b, len(parts.layers),
+                       attn_min=min(attn_times))
+    return {
+        "layer_profiled": min(layer, len(parts.layers) - 1),
+        "contexts": list(contexts),
+        "attention_seconds": attn_times,
+        "mlp_seconds": mlp_time,
+        "fixed_seconds": fixed_time,
+        "verify_context": verify_context,
+        "verify_tokens": list(verify_tokens),
+        "verify_seconds": verify_times,
+        "verify_ratio": [t / verify_times[0] for t in verify_times],
+        "fit": asdict(fit),
+        "heldout": heldout_error(contexts, attn_times, verify_tokens, verify_times),
+        "repeats": repeats,
+    }
+
+
+def heldout_error(contexts, attn_times, ks, verify_times) -> Dict:
+    """Fit on every other point, predict the rest: the fitted model's relative error."""
+
+    def err(x, y):
+        x, y = np.asarray(x, float), np.asarray(y, float)
+        train, test = np.arange(0, len(x), 2), np.arange(1, len(x), 2)
+        a, b = _fit_line(x[train], y[train])
+        return float(np.max(np.abs(a + b * x[test] - y[test]) / y[test]))
+
+    return {"attention_max_rel_error": err(contexts, attn_times), "verify_max_rel_error": err(ks, verify_times)}
