@@ -10,7 +10,7 @@ with quantized weights or the reference BLAS).
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import mlx.core as mx
 import numpy as np
@@ -33,8 +33,10 @@ def _time(fn, repeats: int, warmup: int = 5) -> float:
 
 @dataclass
 class LatencyModel:
-    """Fitted costs in seconds: attention(n) = attn_a + attn_b * n; mlp = const;
-    one full pass of k tokens = verify_a + verify_b * k (at the profiled context)."""
+    """Fitted costs in seconds. Attention at context n: piecewise-linear through the
+    measured points (memory hierarchy effects make one line a poor fit on CPUs), linear
+    beyond them; attn_a + attn_b * n is the least-squares line, reported for reference.
+    MLP: constant. One full pass of k tokens: verify_a + verify_b * k."""
 
     attn_a: float
     attn_b: float
@@ -44,8 +46,12 @@ class LatencyModel:
     verify_b: float
     n_layers: int
     attn_min: float = 0.0
+    attn_contexts: Tuple[float, ...] = ()
+    attn_seconds: Tuple[float, ...] = ()
 
     def attention(self, context: float) -> float:
+        if len(self.attn_contexts) >= 2:
+            return interpolate(self.attn_contexts, self.attn_seconds, context)
         # A noisy fit must never make a sublayer free or negative.
         return max(self.attn_a + self.attn_b * context, self.attn_min)
 
@@ -63,7 +69,23 @@ class LatencyModel:
 
     @classmethod
     def from_dict(cls, d: Dict) -> "LatencyModel":
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        for k in ("attn_contexts", "attn_seconds"):
+            kw[k] = tuple(kw.get(k, ()))
+        return cls(**kw)
+
+
+def interpolate(xs, ys, x: float) -> float:
+    """Piecewise-linear through (xs, ys); the end segments extend beyond them, never below min(ys)."""
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    if x <= xs[0]:
+        i = 0
+    elif x >= xs[-1]:
+        i = len(xs) - 2
+    else:
+        return float(np.interp(x, xs, ys))
+    slope = (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])
+    return float(max(ys[i] + slope * (x - xs[i]), ys.min() if x < xs[0] else ys[i + 1]))
 
 
 def _fit_line(x, y):
@@ -73,7 +95,7 @@ def _fit_line(x, y):
 
 def profile_model(
     model,
-    contexts: Sequence[int] = (32, 64, 128, 256, 512, 1024),
+    contexts: Sequence[int] = (64, 256, 512, 1024, 2048, 4096),
     verify_tokens: Sequence[int] = tuple(range(1, 9)),
     verify_context: int = 128,
     repeats: int = 30,
@@ -84,12 +106,16 @@ def profile_model(
     x1 = parts.embed_tokens(mx.array([[1]]))
     mx.eval(x1)
 
+    attn = blk.self_attn
+    kv_width = attn.k_proj(x1).shape[-1]
+    head_dim = kv_width // attn.n_kv_heads
     attn_times = []
     # The first pass compiles and allocates; time nothing until every shape has run once.
     for n in list(contexts)[:1] + list(contexts):
         cache = KVCache()
-        # Fill this layer's cache with n positions, then time one query token against it.
-        blk.self_attn(blk.input_layernorm(parts.embed_tokens(mx.arange(n)[None] % 100 + 1)), "causal", cache)
+        # n random cached positions: attention reads them all, whatever their values.
+        shape = (1, attn.n_kv_heads, n, head_dim)
+        cache.update_and_fetch(mx.random.normal(shape).astype(x1.dtype), mx.random.normal(shape).astype(x1.dtype))
         mx.eval(cache.keys, cache.values)
 
         def attn_step():
@@ -118,7 +144,8 @@ def profile_model(
     attn_a, attn_b = _fit_line(contexts, attn_times)
     verify_a, verify_b = _fit_line(verify_tokens, verify_times)
     fit = LatencyModel(attn_a, max(attn_b, 0.0), mlp_time, fixed_time, verify_a, verify_b, len(parts.layers),
-                       attn_min=min(attn_times))
+                       attn_min=min(attn_times), attn_contexts=tuple(float(c) for c in contexts),
+                       attn_seconds=tuple(attn_times))
     return {
         "layer_profiled": min(layer, len(parts.layers) - 1),
         "contexts": list(contexts),
@@ -136,12 +163,18 @@ def profile_model(
 
 
 def heldout_error(contexts, attn_times, ks, verify_times) -> Dict:
-    """Fit on every other point, predict the rest: the fitted model's relative error."""
+    """The fitted model's relative error on points it was not fitted on.
 
-    def err(x, y):
-        x, y = np.asarray(x, float), np.asarray(y, float)
-        train, test = np.arange(0, len(x), 2), np.arange(1, len(x), 2)
-        a, b = _fit_line(x[train], y[train])
-        return float(np.max(np.abs(a + b * x[test] - y[test]) / y[test]))
-
-    return {"attention_max_rel_error": err(contexts, attn_times), "verify_max_rel_error": err(ks, verify_times)}
+    Attention: leave each interior context out and interpolate it from the rest. Verify:
+    fit the line on every other k and predict the others.
+    """
+    x, y = np.asarray(contexts, float), np.asarray(attn_times, float)
+    attn_err = max(
+        (abs(interpolate(np.delete(x, i), np.delete(y, i), x[i]) - y[i]) / y[i] for i in range(1, len(x) - 1)),
+        default=float("nan"),
+    )
+    k, t = np.asarray(ks, float), np.asarray(verify_times, float)
+    train, test = np.arange(0, len(k), 2), np.arange(1, len(k), 2)
+    a, b = _fit_line(k[train], t[train])
+    verify_err = float(np.max(np.abs(a + b * k[test] - t[test]) / t[test]))
+    return {"attention_max_rel_error": float(attn_err), "verify_max_rel_error": verify_err}

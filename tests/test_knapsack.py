@@ -1,0 +1,102 @@
+"""Selection from measurements: planted redundancy is found, the fallback triggers."""
+
+import mlx.core as mx
+import pytest
+
+from selfspec.calibrate import select_plan
+from selfspec.generation import plain_stream, timed_generation
+from selfspec.knapsack import choose, frontier, predicted_speedup
+from selfspec.loop import selfspec_loop
+from selfspec.models import model_parts
+from selfspec.profile import LatencyModel, heldout_error, profile_model
+from selfspec.strategies import SkipPlan, make_plan
+from tiny_models import build_model, make_args
+
+N = 10
+PLANTED = (2, 7)  # not the middle block, which for 10 layers at 0.2 is layers 4 and 5
+
+
+def flat_latency(verify_b=0.0):
+    """Synthetic costs: attention and MLP equal, verify cost flat (as on Apple Silicon)."""
+    return LatencyModel(attn_a=1e-3, attn_b=0.0, mlp=1e-3, fixed=1e-3, verify_a=N * 2e-3 + 1e-3,
+                        verify_b=verify_b, n_layers=N, attn_min=1e-3)
+
+
+@pytest.fixture(scope="module")
+def planted():
+    model = build_model(make_args("llama", layers=N, tie_word_embeddings=False), seed=5,
+                        scale={i: 1e-3 for i in PLANTED})
+    prompts = [[(11 * i + 5 * b) % 290 + 1 for i in range(12)] for b in range(4)]
+    seqs = []
+    for p in prompts:
+        out = timed_generation(lambda: plain_stream(model, mx.array(p, mx.uint32), 36), len(p)).tokens
+        seqs.append(p + out)
+    return model, mx.array(seqs, dtype=mx.uint32)
+
+
+def test_knapsack_finds_planted_layers_and_beats_middle(planted):
+    model, seqs = planted
+    lat = flat_latency()
+    front = frontier(model_parts(model), seqs, 12, lat, context=30.0, bins=36)
+    middle = make_plan("middle", N, 0.2)
+    assert middle.skipped_layers == [4, 5]
+    # The budget of four sublayers (what the middle block costs).
+    four = [p for p in front["points"] if len(p["skipped_sublayers"]) == 4]
+    best = max(four, key=lambda p: p["agreement"])
+    skipped = {(r["layer"], r["part"]) for r in best["skipped_sublayers"]}
+    assert skipped == {(i, p) for i in PLANTED for p in ("attention", "mlp")}
+    assert best["agreement"] > 0.95
+
+    # Measured acceptance, same budget, same loop: the knapsack draft beats the middle block.
+    parts = model_parts(model)
+    prompt = seqs[0, :12]
+    acc = {}
+    for name, plan in (("knapsack", SkipPlan(N, tuple(sorted(skipped)))), ("middle", middle)):
+        out = timed_generation(lambda: selfspec_loop(parts, prompt, 36, plan, 3), 12)
+        acc[name] = out.acceptance_rate
+    assert acc["knapsack"] > acc["middle"] + 0.2
+
+
+def test_choice_falls_back_where_verify_cost_is_linear(planted):
+    """With 4-bit-on-CPU costs (verify of k tokens = k single passes), no plan can pay."""
+    model, seqs = planted
+    one = N * 2e-3 + 1e-3
+    linear = LatencyModel(1e-3, 0.0, 1e-3, 1e-3, verify_a=0.0, verify_b=one, n_layers=N, attn_min=1e-3)
+    front = frontier(model_parts(model), seqs, 12, linear, context=30.0, bins=36)
+    front["n_layers"] = N
+    sel = select_plan("auto", front, {"fit": linear.__dict__}, 0.5, 5)
+    assert sel["fallback"] and sel["num_draft"] == 0 and sel["predicted_speedup"] <= 1.0
+    flat = flat_latency()
+    front = frontier(model_parts(model), seqs, 12, flat, context=30.0, bins=36)
+    front["n_layers"] = N
+    sel = select_plan("auto", front, {"fit": flat.__dict__}, 0.5, 5)
+    assert not sel["fallback"] and sel["predicted_speedup"] > 1.1
+
+
+def test_predicted_speedup_formula():
+    lat = flat_latency()
+    # Perfect acceptance and a free draft: k+1 tokens for one pass.
+    free = LatencyModel(0, 0, 0, 0, 1.0, 0.0, N)
+    assert predicted_speedup(0.999, 3, 0.0, free) == pytest.approx((1 - 0.999**4) / 0.001)
+    # Zero acceptance always loses.
+    assert predicted_speedup(0.0, 2, 0.5 * lat.full_pass(1), lat) < 1.0
+
+
+def test_profile_fit_predicts_heldout_points():
+    """Points left out of the fit are predicted within 50% (a stated bound for a noisy shared
+    2-core CPU; each profile records its own held-out error)."""
+    model = build_model(make_args("llama", layers=4, hidden=128, vocab=300), seed=0)
+    prof = profile_model(model, contexts=(512, 1024, 2048, 4096, 8192), repeats=25, verify_tokens=(1, 2, 3, 4, 5, 6))
+    assert prof["heldout"]["attention_max_rel_error"] < 0.5
+    assert prof["heldout"]["verify_max_rel_error"] < 0.5
+    assert len(prof["verify_ratio"]) == 6 and prof["verify_ratio"][0] == 1.0
+
+
+def test_heldout_error_on_exact_line():
+    x = [1, 2, 3, 4, 5, 6]
+    y = [0.5 + 0.25 * v for v in x]
+    err = heldout_error(x, y, x, y)
+    lat = LatencyModel(0, 0, 0, 0, 0, 0, 1, attn_contexts=tuple(x), attn_seconds=tuple(y))
+    assert lat.attention(2.5) == pytest.approx(0.5 + 0.25 * 2.5)
+    assert lat.attention(10) == pytest.approx(0.5 + 0.25 * 10)
+    assert err["attention_max_rel_error"] < 1e-9 and err["verify_max_rel_error"] < 1e-9
