@@ -5,6 +5,7 @@ rule engine_bench:
     input:
         model=get_bench_model,
         prompts=get_prompt_set,
+        sweep="results/tables/selfspec_sweep.csv",
     output:
         "results/bench/engine.json",
     log:

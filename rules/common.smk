@@ -23,9 +23,17 @@ check_config(config, workflow.basedir)
 # The grid's models (all configured models unless selfspec.models names a subset).
 GRID_MODELS = config["selfspec"].get("models") or list(config["models"])
 STRATEGIES = config["selfspec"]["strategies"]
-ENGINES = config["selfspec"].get("engines", ["mlx_lm"])
-SKIPS = [format_skip(f) for f in config["selfspec"]["skip_fractions"]]
-DRAFTS = [str(k) for k in config["selfspec"]["draft_lengths"]]
+
+def grid_for(strategy):
+    """(engines, skip fractions, draft lengths) of one strategy: the shared grid, with any
+    of the three replaced by selfspec.per_strategy.<strategy>."""
+    s = config["selfspec"]
+    own = s.get("per_strategy", {}).get(strategy, {})
+    engines = own.get("engines", s.get("engines", ["mlx_lm"]))
+    skips = [format_skip(f) for f in own.get("skip_fractions", s["skip_fractions"])]
+    drafts = [str(k) for k in own.get("draft_lengths", s["draft_lengths"])]
+    return engines, skips, drafts
+
 PROMPT_SET = config["selfspec"]["prompt_set"]
 # Prompt sets ship with the workflow, so they resolve from it even under --directory.
 PROMPTS_DIR = Path(workflow.basedir) / "config" / "prompts"
@@ -78,6 +86,7 @@ def get_cell_params(wildcards):
         "repeats": s["repeats"],
         "warmup": s.get("warmup", 1),
         "draft_threshold": s.get("draft_threshold") if wildcards.engine_tag else None,
+        "draft_adapt_target": s.get("draft_adapt_target") if wildcards.engine_tag else None,
     }
 
 
@@ -95,14 +104,11 @@ def cell_path(model, strategy, engine, skip, draft):
 
 
 def get_cells(wildcards=None):
-    return [
-        cell_path(m, st, e, sk, d)
-        for m in GRID_MODELS
-        for st in STRATEGIES
-        for e in ENGINES
-        for sk in SKIPS
-        for d in DRAFTS
-    ]
+    cells = []
+    for st in STRATEGIES:
+        engines, skips, drafts = grid_for(st)
+        cells += [cell_path(m, st, e, sk, d) for m in GRID_MODELS for e in engines for sk in skips for d in drafts]
+    return cells
 
 
 def get_bench_model(wildcards):

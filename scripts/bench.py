@@ -2,7 +2,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.bench import engine_bench
+from selfspec.bench import engine_bench, sweep_figures
 from selfspec.cell import write_json
 
 p = snakemake.params
@@ -15,4 +15,5 @@ result = engine_bench(
     repeats=p.repeats,
     max_tokens=p.max_tokens,
 )
+result.update(sweep_figures(snakemake.input.sweep, p.model))
 write_json(result, snakemake.output[0])

@@ -67,10 +67,42 @@ def engine_bench(model_path, prompt_set_path, *, model_name: str, skip_fraction:
         "plain_vs_mlx_lm_ci": p["ci"],
         "selfspec_vs_mlx_lm": s["ratio"],
         "selfspec_vs_mlx_lm_ci": s["ci"],
-        "goals": {"plain_vs_mlx_lm": ">= 0.98"},
+        "ours_vs_mlx_lm_spec": s["ratio"],
+        "ours_vs_mlx_lm_spec_ci": s["ci"],
+        "goals": {
+            "plain_vs_mlx_lm": ">= 0.98",
+            "ours_vs_mlx_lm_spec": ">= 1.10",
+            "best_adaptive_speedup": ">= 1.25",
+            "adaptive_over_best_middle": ">= 1.15",
+        },
         "plain": p,
         "selfspec": s,
         "definition": "median over prompts and repeats of (ours decode tok/s / mlx-lm decode tok/s), back to back",
         "wall_seconds": time.perf_counter() - t0,
         "environment": environment(cfg),
     }
+
+
+def sweep_figures(sweep_csv, model_name: str) -> Dict:
+    """Best adaptive (knapsack/auto) cell against plain and against the best middle cell,
+    on one model, from the sweep table."""
+    import pandas as pd
+
+    df = pd.read_csv(sweep_csv)
+    df = df[df.model == model_name]
+    adaptive = df[df.strategy.isin(["knapsack", "auto"])]
+    middle = df[df.strategy == "middle"]
+    out = {"best_adaptive_speedup": None, "adaptive_over_best_middle": None}
+    if len(adaptive):
+        b = adaptive.loc[adaptive.speedup.idxmax()]
+        out["best_adaptive_speedup"] = float(b.speedup)
+        out["best_adaptive_cell"] = {k: (v.item() if hasattr(v, "item") else v) for k, v in b[
+            ["strategy", "engine", "skip_fraction", "num_draft", "draft_length_used", "skipped_sublayers",
+             "acceptance_rate", "draft_cost_ratio", "predicted_speedup", "speedup_ci_low", "speedup_ci_high",
+             "lossless", "fallback"]].items()}
+    if len(middle):
+        m = middle.loc[middle.speedup.idxmax()]
+        out["best_middle_speedup"] = float(m.speedup)
+        if out["best_adaptive_speedup"] is not None:
+            out["adaptive_over_best_middle"] = out["best_adaptive_speedup"] / float(m.speedup)
+    return out

@@ -69,6 +69,7 @@ def selfspec_cell(
     engine: str = "mlx_lm",
     warmup: int = 1,
     draft_threshold: Optional[float] = None,
+    draft_adapt_target: Optional[float] = None,
     profile: Optional[Dict] = None,
     calibration: Optional[Dict] = None,
 ) -> Dict:
@@ -82,6 +83,7 @@ def selfspec_cell(
         "repeats": repeats,
         "prompt_set": Path(prompt_set_path).stem,
         "draft_threshold": draft_threshold if engine == "ours" else None,
+        "draft_adapt_target": draft_adapt_target if engine == "ours" else None,
     }
     started_at = time.time()
     t0 = time.perf_counter()
@@ -112,7 +114,7 @@ def selfspec_cell(
         # auto predicted no gain: it decodes plainly, with the engine's own plain loop.
         candidate = plain if engine == "mlx_lm" else (lambda p: plain_loop(parts, p, max_tokens))
     else:
-        candidate = selfspec_candidate(engine, model, plan, max_tokens, draft_len, draft_threshold)
+        candidate = selfspec_candidate(engine, model, plan, max_tokens, draft_len, draft_threshold, draft_adapt_target)
 
     records = paired_runs(prompts, plain, candidate, eos_ids(tokenizer), repeats, warmup, log=_log)
     result = {
@@ -137,14 +139,15 @@ def selfspec_cell(
     return result
 
 
-def selfspec_candidate(engine: str, model, plan, max_tokens: int, num_draft: int, threshold=None):
+def selfspec_candidate(engine: str, model, plan, max_tokens: int, num_draft: int, threshold=None, adapt_target=None):
     """A prompt -> token stream function for the chosen speculative loop."""
     if engine == "mlx_lm":
         draft = LayerSkipDraft(model, plan)
         return lambda prompt: mlx_lm_selfspec_stream(model, draft, prompt, max_tokens, num_draft)
     if engine == "ours":
         parts = model_parts(model)
-        return lambda prompt: selfspec_loop(parts, prompt, max_tokens, plan, num_draft, threshold)
+        return lambda prompt: selfspec_loop(parts, prompt, max_tokens, plan, num_draft, threshold,
+                                            adapt_target=adapt_target)
     raise ValueError(f"unknown engine '{engine}' (known: {', '.join(ENGINES)})")
 
 

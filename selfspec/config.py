@@ -62,7 +62,8 @@ def known_num_layers(name: str, model_cfg: Dict, basedir: str = ".") -> Optional
 def check_grid(n_layers: int, selfspec: Dict, model_name: str) -> None:
     # knapsack/auto always keep the first and last layers; only middle can remove them.
     for strategy in [s for s in selfspec["strategies"] if s == "middle"]:
-        for f in selfspec["skip_fractions"]:
+        fractions = selfspec.get("per_strategy", {}).get(strategy, {}).get("skip_fractions", selfspec["skip_fractions"])
+        for f in fractions:
             try:
                 make_plan(strategy, n_layers, f)
             except SkipError as e:

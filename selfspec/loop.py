@@ -55,6 +55,7 @@ def selfspec_loop(
     threshold: Optional[float] = None,
     prefill_step_size: int = 2048,
     cache: Optional[List] = None,
+    adapt_target: Optional[float] = None,
 ):
     """Greedy self-speculative decoding over one shared cache.
 
@@ -65,6 +66,8 @@ def selfspec_loop(
           (None: always draft `num_draft`).
         cache: a fresh prompt cache to fill (made here if None); after the stream ends
           it holds exactly the prompt and the emitted tokens but the last.
+        adapt_target: move `threshold` toward this per-round match rate, as Draft & Verify
+          does (EMA of matches, +/-0.01 steps, smoothed threshold).
     Yields:
         (token, from_draft, round_drafted) as `generation.TokenStream` describes.
     """
@@ -73,6 +76,7 @@ def selfspec_loop(
     tok = mx.argmax(forward(parts, y[None], cache)[0, -1]).item()
     yield tok, False, 0
     ntoks = 1
+    match_ema, raw_threshold = 1.0, threshold
     while ntoks < max_tokens:
         k = min(num_draft, max_tokens - ntoks - 1)
         base = [c.offset for c in cache]
@@ -103,6 +107,13 @@ def selfspec_loop(
         n = 0
         while n < k and drafted[n] == targets[n]:
             n += 1
+        if adapt_target is not None and threshold is not None and k:
+            match_ema = 0.5 * match_ema + 0.5 * n / k
+            if match_ema < adapt_target:
+                raw_threshold = min(raw_threshold + 0.01, 0.999)
+            elif k < num_draft:
+                raw_threshold = max(raw_threshold - 0.01, 0.0)
+            threshold = 0.9 * threshold + 0.1 * raw_threshold
         # The verify pass wrote k + 1 entries; keep the last token and the accepted drafts.
         if k - n:
             for c in cache:
