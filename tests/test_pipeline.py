@@ -23,21 +23,32 @@ def run(tmp_path_factory):
             "tiny-q4": {"source": str(src), "quantize": {"bits": 4, "group_size": 64}},
         },
         "selfspec": {
-            "strategies": ["middle"],
+            "strategies": ["middle", "knapsack", "auto"],
             "engines": ["mlx_lm"],
             "skip_fractions": SKIPS,
             "draft_lengths": DRAFTS,
+            "per_strategy": {
+                "knapsack": {"engines": ["ours"], "skip_fractions": [0.5], "draft_lengths": [3]},
+                "auto": {"engines": ["ours"], "skip_fractions": [0.5], "draft_lengths": [3]},
+            },
             "max_tokens": 12,
             "repeats": 1,
             "warmup": 1,
             "prompt_set": "stdlib_code",
+            "calibration_set": "stdlib_calib",
+            "calibration_tokens": 16,
         },
+        "profile": {"contexts": [16, 64, 256], "repeats": 5},
         "bench": {"model": "tiny", "skip_fraction": 0.3, "num_draft": 2, "repeats": 1},
     }
     write_config(d, cfg)
     # Two cores: timing jobs must still never overlap.
     snakemake(d, "--cores", "2", "all", "bench")
     return d, cfg
+
+
+N_MIDDLE = 2 * len(SKIPS) * len(DRAFTS)
+N_ADAPTIVE = 2 * 2  # knapsack and auto, one cell per model each
 
 
 def cells(d):
@@ -47,7 +58,7 @@ def cells(d):
 def test_every_cell_is_written_lossless_and_complete(run):
     d, _ = run
     paths = cells(d)
-    assert len(paths) == 2 * len(SKIPS) * len(DRAFTS)
+    assert len(paths) == N_MIDDLE + N_ADAPTIVE
     for p in paths:
         c = json.loads(p.read_text())
         for key in ("model", "strategy", "skip_fraction", "num_draft", "n_layers", "skipped_layers", "baseline_tps",
@@ -56,6 +67,13 @@ def test_every_cell_is_written_lossless_and_complete(run):
             assert key in c, f"{p} lacks {key}"
         assert c["lossless"] is True
         assert c["n_layers"] == 6
+        if c["strategy"] in ("knapsack", "auto"):
+            assert c["engine"] == "ours" and p.name.endswith("_ours.json")
+            assert c["predicted_speedup"] is not None
+            layers = {r["layer"] for r in c["skipped_sublayers"]}
+            assert 0 not in layers and 5 not in layers
+            if c["fallback"]:
+                assert c["strategy"] == "auto" and c["draft_length_used"] == 0 and not c["skipped_sublayers"]
         assert c["speedup_ci"][0] <= c["speedup"] <= c["speedup_ci"][1]
         for pp in c["per_prompt"]:
             assert pp["lossless"] and pp["first_divergence"] is None and pp["prompt_tokens"] > 0
@@ -83,7 +101,9 @@ def test_tables_summary_and_plots(run):
     import pandas as pd
 
     df = pd.read_csv(d / "results/tables/selfspec_sweep.csv")
-    assert len(df) == 2 * len(SKIPS) * len(DRAFTS)
+    assert len(df) == N_MIDDLE + N_ADAPTIVE
+    assert set(df.strategy) == {"middle", "knapsack", "auto"}
+    assert df.draft_cost_ratio.between(0, 1.01).all()
     assert set(df.model) == {"tiny", "tiny-q4"}
     summary = (d / "results/summary.md").read_text()
     assert "lossless" in summary and "tiny-q4" in summary and "blas" in summary
@@ -91,7 +111,8 @@ def test_tables_summary_and_plots(run):
     assert md.count("\n") == len(df) + 2
     from PIL import Image
 
-    for name in ("selfspec_heatmap.png", "selfspec_vs_skip.png"):
+    for name in ("selfspec_heatmap.png", "selfspec_vs_skip.png", "acceptance_vs_cost.png", "sublayer_map.png",
+                 "predicted_vs_measured.png", "profile_tiny.png", "profile_tiny-q4.png"):
         w, h = Image.open(d / "results/plots" / name).size
         assert w >= 400 and h >= 300
 
@@ -101,6 +122,17 @@ def test_bench_reports_ratios(run):
     b = json.loads((d / "results/bench/engine.json").read_text())
     assert b["plain_vs_mlx_lm"] > 0 and b["selfspec_vs_mlx_lm"] > 0
     assert b["plain"]["identical_tokens"] and b["selfspec"]["identical_tokens"]
+    assert b["best_adaptive_speedup"] > 0 and b["adaptive_over_best_middle"] > 0
+
+
+def test_profile_and_calibration(run):
+    d, _ = run
+    prof = json.loads((d / "results/profile/tiny.json").read_text())
+    assert len(prof["attention_seconds"]) == 3 and len(prof["verify_seconds"]) == 8
+    assert "attention_max_rel_error" in prof["heldout"]
+    cal = json.loads((d / "results/calibration/tiny.json").read_text())
+    assert cal["calibration_set"] == "stdlib_calib.yaml" and cal["points"][0]["budget"] == 0
+    assert cal["points"][0]["agreement"] == 1.0
 
 
 def test_nothing_to_do_after_a_run(run):
@@ -114,7 +146,8 @@ def test_new_grid_value_schedules_only_new_cells(run):
     grown["selfspec"]["draft_lengths"] = DRAFTS + [4]
     write_config(d, grown, "grown.yaml")
     jobs = planned_jobs(d, config="config/grown.yaml")
-    assert jobs == {"selfspec_cell": 2 * len(SKIPS), "aggregate": 1, "plot_selfspec": 1, "all": 1}
+    assert jobs == {"selfspec_cell": 2 * len(SKIPS), "aggregate": 1, "plot_selfspec": 1, "plot_adaptive": 1,
+                    "all": 1}
 
 
 def test_editing_a_plot_script_reruns_plots_only(run):
@@ -133,6 +166,23 @@ def test_changing_one_model_reruns_only_that_model(run):
     changed["models"]["tiny-q4"]["quantize"] = {"bits": 8, "group_size": 64}
     write_config(d, changed, "changed.yaml")
     jobs = planned_jobs(d, config="config/changed.yaml")
-    n = len(SKIPS) * len(DRAFTS)
-    assert jobs == {"quantize_model": 1, "reference_outputs": 1, "selfspec_cell": n, "aggregate": 1,
-                    "plot_selfspec": 1, "all": 1}
+    n = len(SKIPS) * len(DRAFTS) + 2
+    assert jobs == {"quantize_model": 1, "reference_outputs": 1, "profile_model": 1, "calibrate_model": 1,
+                    "plot_profile": 1, "selfspec_cell": n, "aggregate": 1, "plot_selfspec": 1,
+                    "plot_adaptive": 1, "all": 1}
+
+
+def test_study_plans_the_seeds_cells(repo):
+    from workflow import snakemake as run_snakemake
+
+    proc = run_snakemake(repo, "-n", "--cores", "1", config="config/study.yaml")
+    out = proc.stdout
+    middle = sorted({l.split("output: ")[1] for l in out.splitlines()
+                     if "output: results/selfspec/" in l and "/middle/" in l})
+    expected = sorted(
+        f"results/selfspec/{m}/middle/skip{f}_draft{k}.json"
+        for m in ("qwen3-4b-4bit", "llama3.1-8b-4bit") for f in ("0.1", "0.2", "0.3", "0.5") for k in (2, 3, 5)
+    )
+    assert middle == expected  # the seeds' 24 cells, on mlx-lm's loop
+    adaptive = [l for l in out.splitlines() if "output: results/selfspec/" in l and "/middle/" not in l]
+    assert any("/knapsack/" in l for l in adaptive) and any("/auto/" in l for l in adaptive)
