@@ -5,6 +5,9 @@
 #   results/reference/<model>/<prompt_set>.json        mlx-lm greedy tokens (ground truth)
 #   results/selfspec/<model>/<strategy>/skip<f>_draft<k>.json   one timing cell
 #   results/tables/, results/summary.md, results/plots/          aggregation
+#   results/specdec/<target>/<draft>/draft<k>.json               one two-model cell
+#   results/quality/<model>/<question_set>.json                   quality score
+#   results/tables/techniques.*        the three techniques side by side
 #   results/bench/engine.json          our loops against mlx-lm's (snakemake bench)
 # Each number in those files is computed in the `selfspec` package; the rule that makes a
 # file names the script, and the script names the package function.
@@ -25,6 +28,7 @@ include: "rules/common.smk"
 include: "rules/models.smk"
 include: "rules/selfspec.smk"
 include: "rules/aggregate.smk"
+include: "rules/techniques.smk"
 include: "rules/bench.smk"
 
 

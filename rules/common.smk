@@ -51,6 +51,8 @@ wildcard_constraints:
     engine_tag=r"(_ours)?",
     skip=r"0\.\d+",
     draft=r"\d+",
+    draft_model="|".join(sorted(config["models"], key=len, reverse=True)),
+    question_set="[A-Za-z0-9_-]+",
     prompt_set="[A-Za-z0-9_-]+",
 
 
@@ -127,7 +129,7 @@ def get_final_output():
         ["results/plots/sublayer_map.png", "results/plots/predicted_vs_measured.png"]
         if any(s in ADAPTIVE for s in STRATEGIES)
         else []
-    )
+    ) + get_technique_outputs()
 
 
 ADAPTIVE = ("knapsack", "auto")
@@ -157,3 +159,43 @@ def get_cell_inputs(wildcards):
 
 def get_profiles(wildcards=None):
     return [f"results/profile/{m}.json" for m in GRID_MODELS]
+
+
+SPECDEC = config.get("specdec")
+QUALITY = config.get("quality")
+
+
+def get_draft_model_dir(wildcards):
+    return f"resources/models/{wildcards.draft_model}/mlx"
+
+
+def get_question_set(wildcards):
+    return str(Path(workflow.basedir) / "config" / "questions" / f"{wildcards.question_set}.yaml")
+
+
+def get_specdec_cells(wildcards=None):
+    if not SPECDEC:
+        return []
+    return [
+        f"results/specdec/{p['target']}/{p['draft']}/draft{k}.json"
+        for p in SPECDEC["pairs"]
+        for k in SPECDEC["draft_lengths"]
+    ]
+
+
+def get_quality_files(wildcards=None):
+    if not QUALITY:
+        return []
+    targets = sorted(set(GRID_MODELS) | {p["target"] for p in (SPECDEC or {}).get("pairs", [])})
+    return [f"results/quality/{m}/{QUALITY['question_set']}.json" for m in targets]
+
+
+def get_technique_outputs():
+    if not (SPECDEC or QUALITY):
+        return []
+    return [
+        "results/tables/techniques.csv",
+        "results/tables/techniques.md",
+        "results/plots/techniques_speedup.png",
+        "results/plots/techniques_spread.png",
+    ]

@@ -154,3 +154,61 @@ def selfspec_candidate(engine: str, model, plan, max_tokens: int, num_draft: int
 def write_json(obj: Dict, path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(obj, indent=1, default=float) + "\n")
+
+
+def weight_gb(model) -> float:
+    from mlx.utils import tree_flatten
+
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters())) / 1e9
+
+
+def check_same_vocab(tok_a, tok_b, name_a: str, name_b: str) -> None:
+    va, vb = tok_a.get_vocab(), tok_b.get_vocab()
+    if va != vb:
+        raise ValueError(
+            f"draft model '{name_b}' and target '{name_a}' do not share a tokenizer vocabulary "
+            f"({len(va)} vs {len(vb)} tokens, {len(set(va.items()) ^ set(vb.items()))} entries differ)"
+        )
+
+
+def specdec_cell(model_path, draft_path, reference: Dict, prompt_set_path, *, model_name: str, draft_name: str,
+                 num_draft: int, max_tokens: int, repeats: int, warmup: int = 1) -> Dict:
+    """Two-model speculative decoding (mlx-lm's draft-model path) against plain decoding of
+    the target, with the same protocol as the self-speculative cells."""
+    cfg = {"model": model_name, "draft_model": draft_name, "num_draft": num_draft, "max_tokens": max_tokens,
+           "repeats": repeats, "prompt_set": Path(prompt_set_path).stem, "engine": "mlx_lm"}
+    started_at = time.time()
+    t0 = time.perf_counter()
+    model, tokenizer = load(model_path)
+    draft, draft_tok = load(draft_path)
+    check_same_vocab(tokenizer, draft_tok, model_name, draft_name)
+    prompts = encoded_prompts(tokenizer, prompt_set_path)
+    ref = {o["prompt_id"]: o["tokens"] for o in reference["outputs"]}
+    if reference.get("max_tokens") != max_tokens:
+        raise ValueError(f"reference was made with max_tokens={reference.get('max_tokens')}, cell wants {max_tokens}")
+
+    def plain(prompt):
+        return plain_stream(model, prompt, max_tokens)
+
+    def candidate(prompt):
+        return mlx_lm_selfspec_stream(model, draft, prompt, max_tokens, num_draft)
+
+    records = paired_runs(prompts, plain, candidate, eos_ids(tokenizer), repeats, warmup, log=_log)
+    result = {
+        **cfg,
+        "technique": "specdec",
+        "n_layers": len(model.layers),
+        "draft_layers": len(draft.layers),
+        "target_weight_gb": weight_gb(model),
+        "extra_weight_gb": weight_gb(draft),
+        "baseline_engine": "mlx_lm.generate_step",
+        "acceptance_definition": "accepted draft tokens / drafted tokens",
+        **summarize(records, ref),
+        "wall_seconds": time.perf_counter() - t0,
+        "started_at": started_at,
+        "finished_at": time.time(),
+        "environment": environment(cfg),
+    }
+    if not result["lossless"]:
+        _log("WARNING: speculative output diverged from the reference")
+    return result

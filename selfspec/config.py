@@ -100,6 +100,12 @@ def check_config(config: Dict, basedir: str = ".") -> None:
         n = known_num_layers(name, models[name], basedir)
         if n is not None:
             check_grid(n, s, name)
+    check_specdec(config, basedir)
+    q = config.get("quality")
+    if q:
+        qfile = Path(basedir) / "config" / "questions" / f"{q['question_set']}.yaml"
+        if not qfile.is_file():
+            raise ConfigError(f"quality.question_set: '{q['question_set']}' has no question file {qfile}")
     blas = config.get("blas", "auto")
     if blas not in ("auto", "bundled") and not Path(blas).is_file():
         raise ConfigError(f"blas: '{blas}' is not 'auto', 'bundled' or an existing library file")
@@ -134,3 +140,45 @@ def schema_errors(config: Dict, schema_path) -> List[str]:
             why = err.message
         lines.append(f"{where}: {why}")
     return lines
+
+
+def tokenizer_vocab(name: str, model_cfg: Dict, basedir: str = ".") -> Optional[Dict[str, int]]:
+    """A model's vocabulary from its tokenizer.json, when readable without downloading."""
+    import json
+
+    local = source_dir(model_cfg["source"], basedir)
+    path = local / "tokenizer.json" if local is not None else None
+    if path is None:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(model_cfg["source"], "tokenizer.json")
+            path = Path(cached) if isinstance(cached, str) else None
+        except Exception:
+            path = None
+    if path is None or not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    vocab = dict(data.get("model", {}).get("vocab", {}))
+    vocab.update({t["content"]: t["id"] for t in data.get("added_tokens", [])})
+    return vocab
+
+
+def check_specdec(config: Dict, basedir: str = ".") -> None:
+    spec = config.get("specdec")
+    if not spec:
+        return
+    models = config["models"]
+    for i, pair in enumerate(spec["pairs"]):
+        for role in ("target", "draft"):
+            if pair[role] not in models:
+                raise ConfigError(f"specdec.pairs[{i}].{role}: '{pair[role]}' is not a configured model")
+        if pair["target"] == pair["draft"]:
+            raise ConfigError(f"specdec.pairs[{i}]: target and draft are the same model '{pair['target']}'")
+        vt = tokenizer_vocab(pair["target"], models[pair["target"]], basedir)
+        vd = tokenizer_vocab(pair["draft"], models[pair["draft"]], basedir)
+        if vt is not None and vd is not None and vt != vd:
+            raise ConfigError(
+                f"specdec.pairs[{i}]: draft '{pair['draft']}' and target '{pair['target']}' do not share a "
+                f"tokenizer vocabulary ({len(vd)} vs {len(vt)} tokens)"
+            )

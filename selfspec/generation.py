@@ -13,7 +13,6 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.generate import generate_step, speculative_generate_step
 
-from .forward import LayerSkipDraft
 
 ENGINES = ("mlx_lm", "ours")
 
@@ -65,9 +64,10 @@ def plain_stream(model: nn.Module, prompt: mx.array, max_tokens: int) -> TokenSt
 
 
 def mlx_lm_selfspec_stream(
-    model: nn.Module, draft: LayerSkipDraft, prompt: mx.array, max_tokens: int, num_draft: int
+    model: nn.Module, draft: nn.Module, prompt: mx.array, max_tokens: int, num_draft: int
 ) -> TokenStream:
-    """mlx-lm's `speculative_generate_step` with the layer-skip draft (two caches).
+    """mlx-lm's `speculative_generate_step` (two caches) with a draft model: the layer-skip
+    draft for self-speculation, or a separate small model for two-model speculation.
 
     Rounds are recovered from `from_draft`: a round is a run of accepted draft tokens
     closed by one target token, and it drafted min(k, tokens left), as mlx-lm does.

@@ -168,3 +168,43 @@ def profile_plot(profile: dict, out) -> None:
     fig.tight_layout()
     fig.savefig(out, dpi=DPI)
     plt.close(fig)
+
+
+def techniques_speedup(df: pd.DataFrame, out) -> None:
+    """Speedup by technique, annotated with quality and the extra weight memory it costs."""
+    sns.set_theme(style="ticks")
+    targets = sorted(df.target.unique())
+    fig, axes = plt.subplots(1, len(targets), figsize=(6.5 * len(targets), 4.6), squeeze=False)
+    for ax, t in zip(axes[0], targets):
+        g = df[df.target == t].reset_index(drop=True)
+        colors = sns.color_palette("deep", len(g))
+        ax.barh(range(len(g)), g.speedup, color=colors,
+                xerr=[g.speedup - g.speedup_ci_low, g.speedup_ci_high - g.speedup], capsize=3)
+        ax.axvline(1.0, color="black", lw=1, ls="--")
+        ax.set_yticks(range(len(g)), [f"{a}\n{c}" for a, c in zip(g.technique, g.config)], fontsize=8)
+        ax.invert_yaxis()
+        for i, r in g.iterrows():
+            q = "quality n/a" if pd.isna(r.quality) else f"quality {r.quality:.0%}"
+            ax.text(max(r.speedup_ci_high, r.speedup) + 0.02, i,
+                    f"{q}, +{r.extra_weight_gb * 1e3:.0f} MB weights, peak {r.peak_memory_gb * 1e3:.0f} MB",
+                    va="center", fontsize=7)
+        ax.set_xlim(0, max(1.6, float(g.speedup_ci_high.max()) * 1.6))
+        ax.set(xlabel="decode speedup over plain (median, 95% CI)", title=f"target: {t}")
+    fig.suptitle("Three ways to read the weights less often: speedup, quality and memory")
+    fig.tight_layout()
+    fig.savefig(out, dpi=DPI)
+    plt.close(fig)
+
+
+def techniques_spread(per_prompt: pd.DataFrame, out) -> None:
+    """Per-prompt decode tok/s by technique: how much each technique's speed depends on the text."""
+    sns.set_theme(style="ticks")
+    n = per_prompt.target.nunique()
+    g = sns.catplot(data=per_prompt, kind="strip", x="decode_tps", y="technique", hue="prompt_id", col="target",
+                    height=4, aspect=1.4, sharex=False, dodge=False, jitter=0.15, s=30)
+    g.set_axis_labels("decode tok/s (each prompt and repeat)", "")
+    g.figure.suptitle("Per-prompt decode speed by technique", y=1.0)
+    g.figure.set_size_inches(6.4 * n + 1.6, 4.6)
+    g.figure.tight_layout()
+    g.savefig(out, dpi=DPI, bbox_inches=None)
+    plt.close(g.figure)

@@ -1,0 +1,15 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from selfspec.techniques import write_comparison
+
+write_comparison(
+    snakemake.input.selfspec,
+    snakemake.input.specdec,
+    snakemake.input.quality,
+    snakemake.output.csv,
+    snakemake.output.md,
+    snakemake.output.per_prompt,
+    seeds=snakemake.params.seeds,
+)

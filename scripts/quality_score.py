@@ -1,0 +1,14 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from selfspec.cell import write_json
+from selfspec.quality import score_model
+
+result = score_model(
+    snakemake.input.model,
+    snakemake.input.questions,
+    model_name=snakemake.wildcards.model,
+    max_tokens=snakemake.params.max_tokens,
+)
+write_json(result, snakemake.output[0])
