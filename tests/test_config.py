@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from tiny_models import write_model_dir
+from tiny_models import write_model_dir, write_tokenizer
 from workflow import copy_workflow, snakemake, write_config
 
 GOOD = {
@@ -26,10 +26,21 @@ def workdir(tmp_path_factory):
     copy_workflow(d)
     model = write_model_dir(d / "tiny", "llama", layers=6)
     GOOD["models"]["tiny"]["source"] = str(model)
+    other = write_model_dir(d / "other", "llama", layers=2)
+    write_tokenizer(other, vocab_size=280)
+    OTHER["source"] = str(other)
     # Something already computed, which a bad config must not touch.
     (d / "results").mkdir()
     (d / "results" / "keep.json").write_text('{"done": true}')
     return d
+
+
+OTHER = {"quantize": None}
+
+
+def with_pair(c, draft_source=None):
+    c["models"]["draft"] = dict(OTHER) if draft_source is None else {"source": draft_source, "quantize": None}
+    c["specdec"] = {"pairs": [{"target": "tiny", "draft": "draft"}], "draft_lengths": [2]}
 
 
 def bad(edit):
@@ -56,6 +67,12 @@ CASES = {
         ["skip_fractions", "0.9", "first or last layer", "tiny"],
     ),
     "unknown_prompt_set": (lambda c: c["selfspec"].update(prompt_set="nope"), ["prompt_set", "nope"]),
+    "specdec_vocab_mismatch": (with_pair, ["specdec.pairs[0]", "tokenizer vocabulary", "draft", "tiny"]),
+    "specdec_unknown_model": (
+        lambda c: (with_pair(c), c["specdec"]["pairs"][0].update(draft="nope")),
+        ["specdec.pairs[0].draft", "nope"],
+    ),
+    "unknown_question_set": (lambda c: c.update(quality={"question_set": "nope"}), ["quality.question_set", "nope"]),
     "bad_quantize": (lambda c: c["models"]["tiny"].update(quantize={"bits": 7}), ["bits", "7"]),
 }
 

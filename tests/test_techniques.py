@@ -1,0 +1,91 @@
+"""Quality scoring, the comparison table, and two-model cells on tiny real models."""
+
+import json
+
+import mlx.core as mx
+import pytest
+
+from selfspec.cell import reference_outputs, specdec_cell
+from selfspec.quality import is_correct, load_questions, score_answers
+from selfspec.techniques import compare
+from tiny_models import write_model_dir, write_tokenizer
+
+
+def test_quality_scoring_on_fixed_answers(repo):
+    qs = load_questions(repo / "config/questions/general_21.yaml")["questions"]
+    assert len(qs) == 21
+    answers = {q["id"]: "I don't know" for q in qs}
+    answers.update({"capital_france": "The capital is Paris.", "add": "85", "multiply": "It is 156.",
+                    "water_formula": "H2O", "syllogism": "Yes, Tom is an animal."})
+    scored = score_answers(answers, qs)
+    assert scored["score"] == pytest.approx(5 / 21)
+    assert scored["correct"]["capital_france"] and not scored["correct"]["capital_japan"]
+    # Word boundaries: 1856 is not 85.
+    assert not is_correct("1856", r"\b85\b") and is_correct("paris", r"\bParis\b")
+
+
+def test_both_question_sets_load(repo):
+    for name in ("general_21", "stdlib_quiz"):
+        assert len(load_questions(repo / f"config/questions/{name}.yaml")["questions"]) == 21
+
+
+def test_bad_regex_is_named(tmp_path):
+    p = tmp_path / "q.yaml"
+    p.write_text("questions:\n  - {id: x, question: q, answer: '(unclosed'}\n")
+    with pytest.raises(ValueError, match="question x answer"):
+        load_questions(p)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory, repo):
+    d = tmp_path_factory.mktemp("pair")
+    target = write_model_dir(d / "target", "llama", layers=6, tie_word_embeddings=False, seed=0)
+    draft = write_model_dir(d / "draft", "llama", layers=2, tie_word_embeddings=False, seed=1)
+    prompts = repo / "config/prompts/stdlib_code.yaml"
+    ref = reference_outputs(target, prompts, 16, "target")
+    return target, draft, prompts, ref
+
+
+def test_two_model_cell_is_lossless_and_counts_the_draft_memory(pair):
+    target, draft, prompts, ref = pair
+    cell = specdec_cell(target, draft, ref, prompts, model_name="target", draft_name="draft", num_draft=2,
+                        max_tokens=16, repeats=1)
+    assert cell["lossless"] and cell["technique"] == "specdec"
+    assert cell["extra_weight_gb"] > 0 and cell["draft_layers"] == 2
+    assert cell["drafted_tokens"] > 0 and 0 <= cell["acceptance_rate"] <= 1
+
+
+def test_tokenizer_mismatch_is_an_error(pair, tmp_path):
+    target, _, prompts, ref = pair
+    other = write_model_dir(tmp_path / "other", "llama", layers=2, seed=2)
+    write_tokenizer(other, vocab_size=280)  # a different vocabulary
+    with pytest.raises(ValueError, match="do not share a tokenizer vocabulary"):
+        specdec_cell(target, other, ref, prompts, model_name="target", draft_name="other", num_draft=2,
+                     max_tokens=16, repeats=1)
+
+
+def _cell(model, speedup, lossless=True, **kw):
+    base = {"model": model, "speedup": speedup, "speedup_ci": [speedup - 0.1, speedup + 0.1], "lossless": lossless,
+            "selfspec_tps": 10 * speedup, "baseline_tps": 10.0, "peak_memory_gb": 1.0, "baseline_peak_memory_gb": 0.9,
+            "tokens_per_verify": 1.5, "acceptance_rate": 0.5, "per_prompt": [], "strategy": "middle",
+            "engine": "mlx_lm", "skip_fraction": 0.2, "num_draft": 2}
+    base.update(kw)
+    return base
+
+
+def test_comparison_has_one_row_per_technique_and_configuration():
+    selfspec = [_cell("m", 0.8), _cell("m", 1.1, skip_fraction=0.1, num_draft=3)]
+    spec = [_cell("m", 1.2, draft_model="d", extra_weight_gb=0.5, num_draft=2),
+            _cell("m", 0.9, draft_model="d", extra_weight_gb=0.5, num_draft=4)]
+    rows = compare(selfspec, spec, {"m": {"score": 0.6}},
+                   seeds={"selfspec": {"strategy": "middle", "skip_fraction": 0.2, "num_draft": 2},
+                          "specdec": {"num_draft": 4}})
+    techniques = [r["technique"] for r in rows]
+    assert techniques == ["plain", "self-spec (best)", "self-spec (seeds' config)", "two-model (best)",
+                          "two-model (seeds' config)"]
+    best = rows[1]
+    assert best["speedup"] == 1.1 and best["quality"] == 0.6
+    assert rows[3]["speedup"] == 1.2 and rows[3]["extra_weight_gb"] == 0.5
+    # A technique that is not lossless gets no borrowed quality.
+    rows = compare([_cell("m", 1.3, lossless=False)], [], {"m": {"score": 0.6}})
+    assert rows[1]["quality"] != rows[1]["quality"]  # NaN
