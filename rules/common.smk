@@ -9,7 +9,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from selfspec.config import ConfigError, check_config, format_skip, schema_errors, timing_blas
+from selfspec.config import ConfigError, check_config, format_skip, grid_models, schema_errors, timing_blas
 
 SCHEMA = Path(workflow.basedir) / "config" / "schemas" / "config.schema.yaml"
 try:
@@ -20,8 +20,8 @@ except WorkflowError:
 check_config(config, workflow.basedir)
 
 
-# The grid's models (all configured models unless selfspec.models names a subset).
-GRID_MODELS = config["selfspec"].get("models") or list(config["models"])
+# The grid's models: selfspec.models, else all but the two-model drafts.
+GRID_MODELS = grid_models(config)
 STRATEGIES = config["selfspec"]["strategies"]
 
 def grid_for(strategy):

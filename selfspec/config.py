@@ -59,6 +59,16 @@ def known_num_layers(name: str, model_cfg: Dict, basedir: str = ".") -> Optional
     return None
 
 
+def grid_models(config: Dict) -> List[str]:
+    """The models the self-speculation grid runs on: selfspec.models, else every model
+    except those used only as two-model drafts."""
+    if config["selfspec"].get("models"):
+        return list(config["selfspec"]["models"])
+    pairs = (config.get("specdec") or {}).get("pairs", [])
+    drafts = {p["draft"] for p in pairs} - {p["target"] for p in pairs}
+    return [m for m in config["models"] if m not in drafts]
+
+
 def check_grid(n_layers: int, selfspec: Dict, model_name: str) -> None:
     # knapsack/auto always keep the first and last layers; only middle can remove them.
     for strategy in [s for s in selfspec["strategies"] if s == "middle"]:
@@ -96,11 +106,11 @@ def check_config(config: Dict, basedir: str = ".") -> None:
     bench = config.get("bench")
     if bench and bench.get("model") and bench["model"] not in models:
         raise ConfigError(f"bench.model: '{bench['model']}' is not a configured model")
-    for name in s.get("models") or list(models):
+    check_specdec(config, basedir)
+    for name in grid_models(config):
         n = known_num_layers(name, models[name], basedir)
         if n is not None:
             check_grid(n, s, name)
-    check_specdec(config, basedir)
     q = config.get("quality")
     if q:
         qfile = Path(basedir) / "config" / "questions" / f"{q['question_set']}.yaml"
