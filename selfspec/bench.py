@@ -90,9 +90,13 @@ def sweep_figures(sweep_csv, model_name: str) -> Dict:
 
     df = pd.read_csv(sweep_csv)
     df = df[df.model == model_name]
-    adaptive = df[df.strategy.isin(["knapsack", "auto"])]
+    # Fallback cells decode plainly; their ratio is plain against plain.
+    adaptive = df[df.strategy.isin(["knapsack", "auto"]) & ~df.fallback.astype(bool)]
     middle = df[df.strategy == "middle"]
-    out = {"best_adaptive_speedup": None, "adaptive_over_best_middle": None}
+    auto = df[df.strategy == "auto"]
+    out = {"best_adaptive_speedup": None, "adaptive_over_best_middle": None,
+           "auto_cells": [{"engine": r.engine, "speedup": float(r.speedup), "fallback": bool(r.fallback),
+                           "predicted_speedup": float(r.predicted_speedup)} for r in auto.itertuples()]}
     if len(adaptive):
         b = adaptive.loc[adaptive.speedup.idxmax()]
         out["best_adaptive_speedup"] = float(b.speedup)

@@ -55,6 +55,17 @@ def reference_outputs(model_path, prompt_set_path, max_tokens: int, model_name: 
     }
 
 
+def reference_tokens(prompts: List[Dict], reference: Dict, max_tokens: int) -> Dict[str, List[int]]:
+    """The reference tokens per prompt id, after checking they were made for these prompts."""
+    ref = {o["prompt_id"]: o["tokens"] for o in reference["outputs"]}
+    missing = [p["id"] for p in prompts if p["id"] not in ref]
+    if missing:
+        raise ValueError(f"reference outputs lack prompts {missing}: rerun reference_outputs")
+    if reference.get("max_tokens") != max_tokens:
+        raise ValueError(f"reference was made with max_tokens={reference.get('max_tokens')}, cell wants {max_tokens}")
+    return ref
+
+
 def selfspec_cell(
     model_path,
     reference: Dict,
@@ -100,12 +111,7 @@ def selfspec_cell(
         plan = make_plan(strategy, n_layers, skip_fraction)
     draft_len = selection["num_draft"]
     prompts = encoded_prompts(tokenizer, prompt_set_path)
-    ref = {o["prompt_id"]: o["tokens"] for o in reference["outputs"]}
-    missing = [p["id"] for p in prompts if p["id"] not in ref]
-    if missing:
-        raise ValueError(f"reference outputs lack prompts {missing}: rerun reference_outputs")
-    if reference.get("max_tokens") != max_tokens:
-        raise ValueError(f"reference was made with max_tokens={reference.get('max_tokens')}, cell wants {max_tokens}")
+    ref = reference_tokens(prompts, reference, max_tokens)
 
     def plain(prompt):
         return plain_stream(model, prompt, max_tokens)
@@ -183,9 +189,7 @@ def specdec_cell(model_path, draft_path, reference: Dict, prompt_set_path, *, mo
     draft, draft_tok = load(draft_path)
     check_same_vocab(tokenizer, draft_tok, model_name, draft_name)
     prompts = encoded_prompts(tokenizer, prompt_set_path)
-    ref = {o["prompt_id"]: o["tokens"] for o in reference["outputs"]}
-    if reference.get("max_tokens") != max_tokens:
-        raise ValueError(f"reference was made with max_tokens={reference.get('max_tokens')}, cell wants {max_tokens}")
+    ref = reference_tokens(prompts, reference, max_tokens)
 
     def plain(prompt):
         return plain_stream(model, prompt, max_tokens)

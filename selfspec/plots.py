@@ -186,7 +186,7 @@ def techniques_speedup(df: pd.DataFrame, out) -> None:
         for i, r in g.iterrows():
             q = "quality n/a" if pd.isna(r.quality) else f"quality {r.quality:.0%}"
             ax.text(max(r.speedup_ci_high, r.speedup) + 0.02, i,
-                    f"{q}, +{r.extra_weight_gb * 1e3:.0f} MB weights, peak {r.peak_memory_gb * 1e3:.0f} MB",
+                    f"{q}, +{r.extra_weight_gb * 1e3:.1f} MB weights, peak {r.peak_memory_gb * 1e3:.1f} MB",
                     va="center", fontsize=7)
         ax.set_xlim(0, max(1.6, float(g.speedup_ci_high.max()) * 1.6))
         ax.set(xlabel="decode speedup over plain (median, 95% CI)", title=f"target: {t}")

@@ -62,8 +62,10 @@ def compare(selfspec_cells: List[Dict], specdec_cells: List[Dict], quality: Dict
             "tokens_per_target_pass": 1.0, "acceptance_rate": float("nan"), "lossless": True,
             "_cell": {**any_cell, "selfspec_tps": plain_tps, "technique": "plain"},
         })
-        if own:
-            best = max(own, key=lambda c: c["speedup"])
+        # A fallback cell decodes plainly: it is not self-speculation, and its ratio is noise.
+        drafting = [c for c in own if not c.get("fallback")]
+        if drafting:
+            best = max(drafting, key=lambda c: c["speedup"])
             rows.append(_row(t, "self-spec (best)", _selfspec_label(best), best, q))
             s = seeds.get("selfspec")
             if s:
