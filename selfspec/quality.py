@@ -43,7 +43,7 @@ def load_questions(path) -> Dict:
 
 def is_correct(answer_text: str, accepted) -> bool:
     accepted = accepted if isinstance(accepted, list) else [accepted]
-    return any(re.search(a, answer_text, flags=re.IGNORECASE | re.MULTILINE) for a in accepted)
+    return any(re.search(a, answer_text, flags=re.IGNORECASE) for a in accepted)
 
 
 def score_answers(answers: Dict[str, str], questions: List[Dict]) -> Dict:

@@ -112,17 +112,27 @@ def summary_markdown(df: pd.DataFrame, cells: List[dict]) -> str:
         ))
     lines += ["", "Speedup = median over prompts and repeats of (self-spec decode tok/s ÷ plain decode tok/s),",
               "both measured back to back in one process; 95% bootstrap interval in brackets.", ""]
-    lines.append("| model | best cell | best speedup | worst cell | worst speedup | cells ≥ 1.0× |")
-    lines.append("|---|---|---|---|---|---|")
+    lines += ["Best and worst are over cells that drafted; `auto` cells that fell back to plain",
+              "decoding are listed apart (their ratio compares two plain decoders).", ""]
+    lines.append("| model | best cell | best speedup | worst cell | worst speedup | cells ≥ 1.0× | auto |")
+    lines.append("|---|---|---|---|---|---|---|")
     for model, g in df.groupby("model"):
-        b = g.loc[g.speedup.idxmax()]
-        w = g.loc[g.speedup.idxmin()]
+        drafting = g[~g.fallback.astype(bool)]
+        auto = g[g.strategy == "auto"]
+        auto_txt = ", ".join(
+            f"{'fell back' if r.fallback else 'drafted'} {r.speedup:.2f}x" for r in auto.itertuples()
+        ) or "-"
+        if not len(drafting):
+            lines.append(f"| {model} | - | - | - | - | 0 of 0 | {auto_txt} |")
+            continue
+        b = drafting.loc[drafting.speedup.idxmax()]
+        w = drafting.loc[drafting.speedup.idxmin()]
         lines.append(
-            f"| {model} | {b.strategy}/{b.engine} skip {b.skip_fraction:g}, draft {b.num_draft} "
+            f"| {model} | {b.strategy}/{b.engine} skip {b.skip_fraction:g}, draft {b.draft_length_used} "
             f"| {b.speedup:.2f}x [{b.speedup_ci_low:.2f}, {b.speedup_ci_high:.2f}] "
-            f"| {w.strategy}/{w.engine} skip {w.skip_fraction:g}, draft {w.num_draft} "
+            f"| {w.strategy}/{w.engine} skip {w.skip_fraction:g}, draft {w.draft_length_used} "
             f"| {w.speedup:.2f}x [{w.speedup_ci_low:.2f}, {w.speedup_ci_high:.2f}] "
-            f"| {int((g.speedup >= 1.0).sum())} of {len(g)} |"
+            f"| {int((drafting.speedup >= 1.0).sum())} of {len(drafting)} | {auto_txt} |"
         )
     lines += ["", "## Environment", ""]
     for k in ("chip", "machine", "os", "backend_device", "blas", "mlx", "mlx_lm", "python"):
