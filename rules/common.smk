@@ -25,14 +25,15 @@ GRID_MODELS = grid_models(config)
 STRATEGIES = config["selfspec"]["strategies"]
 
 def grid_for(strategy):
-    """(engines, skip fractions, draft lengths) of one strategy: the shared grid, with any
-    of the three replaced by selfspec.per_strategy.<strategy>."""
+    """(models, engines, skip fractions, draft lengths) of one strategy: the shared grid,
+    with any of them replaced by selfspec.per_strategy.<strategy>."""
     s = config["selfspec"]
     own = s.get("per_strategy", {}).get(strategy, {})
+    models = own.get("models", GRID_MODELS)
     engines = own.get("engines", s.get("engines", ["mlx_lm"]))
     skips = [format_skip(f) for f in own.get("skip_fractions", s["skip_fractions"])]
     drafts = [str(k) for k in own.get("draft_lengths", s["draft_lengths"])]
-    return engines, skips, drafts
+    return models, engines, skips, drafts
 
 PROMPT_SET = config["selfspec"]["prompt_set"]
 # Prompt sets ship with the workflow, so they resolve from it even under --directory.
@@ -108,8 +109,8 @@ def cell_path(model, strategy, engine, skip, draft):
 def get_cells(wildcards=None):
     cells = []
     for st in STRATEGIES:
-        engines, skips, drafts = grid_for(st)
-        cells += [cell_path(m, st, e, sk, d) for m in GRID_MODELS for e in engines for sk in skips for d in drafts]
+        models, engines, skips, drafts = grid_for(st)
+        cells += [cell_path(m, st, e, sk, d) for m in models for e in engines for sk in skips for d in drafts]
     return cells
 
 

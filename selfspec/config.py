@@ -92,6 +92,10 @@ def check_config(config: Dict, basedir: str = ".") -> None:
     for name in s.get("models") or []:
         if name not in models:
             raise ConfigError(f"selfspec.models: '{name}' is not a configured model (have: {', '.join(models)})")
+    for strategy, own in (s.get("per_strategy") or {}).items():
+        for name in own.get("models", []):
+            if name not in models:
+                raise ConfigError(f"selfspec.per_strategy.{strategy}.models: '{name}' is not a configured model")
     for key in ("prompt_set", "calibration_set"):
         if key not in s:
             continue
