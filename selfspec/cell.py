@@ -66,6 +66,26 @@ def reference_tokens(prompts: List[Dict], reference: Dict, max_tokens: int) -> D
     return ref
 
 
+def measured_result(cfg: Dict, extra: Dict, records, ref, t0: float, started_at: float) -> Dict:
+    """A cell's JSON: its settings, what it ran, the paired statistics, timing, environment.
+    A divergence from the reference is logged as well as recorded."""
+    result = {
+        **cfg,
+        **extra,
+        "baseline_engine": "mlx_lm.generate_step",
+        "acceptance_definition": "accepted draft tokens / drafted tokens",
+        **summarize(records, ref),
+        "wall_seconds": time.perf_counter() - t0,
+        "started_at": started_at,
+        "finished_at": time.time(),
+        "environment": environment(cfg),
+    }
+    if not result["lossless"]:
+        bad = [p["prompt_id"] for p in result["per_prompt"] if not p["lossless"]]
+        _log(f"WARNING: speculative output diverged from the reference on {bad}")
+    return result
+
+
 def selfspec_cell(
     model_path,
     reference: Dict,
@@ -123,26 +143,15 @@ def selfspec_cell(
         candidate = selfspec_candidate(engine, model, plan, max_tokens, draft_len, draft_threshold, draft_adapt_target)
 
     records = paired_runs(prompts, plain, candidate, eos_ids(tokenizer), repeats, warmup, log=_log)
-    result = {
-        **cfg,
+    extra = {
         "n_layers": n_layers,
         "skipped_layers": plan.skipped_layers,
         "skipped_sublayers": plan.as_records(),
         "draft_length_used": draft_len,
         "predicted_speedup": selection["predicted_speedup"],
         "fallback": selection["fallback"],
-        "baseline_engine": "mlx_lm.generate_step",
-        "acceptance_definition": "accepted draft tokens / drafted tokens",
-        **summarize(records, ref),
-        "wall_seconds": time.perf_counter() - t0,
-        "started_at": started_at,
-        "finished_at": time.time(),
-        "environment": environment(cfg),
     }
-    if not result["lossless"]:
-        bad = [p["prompt_id"] for p in result["per_prompt"] if not p["lossless"]]
-        _log(f"WARNING: self-speculative output diverged from the reference on {bad}")
-    return result
+    return measured_result(cfg, extra, records, ref, t0, started_at)
 
 
 def selfspec_candidate(engine: str, model, plan, max_tokens: int, num_draft: int, threshold=None, adapt_target=None):
@@ -198,21 +207,11 @@ def specdec_cell(model_path, draft_path, reference: Dict, prompt_set_path, *, mo
         return mlx_lm_selfspec_stream(model, draft, prompt, max_tokens, num_draft)
 
     records = paired_runs(prompts, plain, candidate, eos_ids(tokenizer), repeats, warmup, log=_log)
-    result = {
-        **cfg,
+    extra = {
         "technique": "specdec",
         "n_layers": len(model.layers),
         "draft_layers": len(draft.layers),
         "target_weight_gb": weight_gb(model),
         "extra_weight_gb": weight_gb(draft),
-        "baseline_engine": "mlx_lm.generate_step",
-        "acceptance_definition": "accepted draft tokens / drafted tokens",
-        **summarize(records, ref),
-        "wall_seconds": time.perf_counter() - t0,
-        "started_at": started_at,
-        "finished_at": time.time(),
-        "environment": environment(cfg),
     }
-    if not result["lossless"]:
-        _log("WARNING: speculative output diverged from the reference")
-    return result
+    return measured_result(cfg, extra, records, ref, t0, started_at)
