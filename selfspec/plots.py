@@ -28,13 +28,19 @@ def _heatmap(data, color=None, label=None, vmin=0.0, vmax=2.0):
 def speedup_heatmap(df: pd.DataFrame, out) -> None:
     """Speedup over (skip fraction, draft length), one panel per model, 1.0x as the colour centre."""
     sns.set_theme(style="ticks")
+    # auto cells that fell back decoded plainly: not a draft configuration to colour.
+    if "fallback" in df:
+        df = df[~df.fallback.astype(bool)]
     df = df.assign(label=df.model + " · " + df.strategy + "/" + df.engine)
     vmax = max(2.0, float(np.nanmax(df.speedup)))
-    g = sns.FacetGrid(df, col="label", col_wrap=min(3, df.label.nunique()), height=3.6, aspect=1.1)
+    # Each panel has its own grid of (skip, draft): axes are not shared.
+    g = sns.FacetGrid(df, col="label", col_wrap=min(3, df.label.nunique()), height=3.6, aspect=1.1,
+                      sharex=False, sharey=False)
     g.map_dataframe(_heatmap, vmin=0.0, vmax=vmax)
     g.set_titles(col_template="{col_name}")
     g.set_axis_labels("draft length (tokens)", "skip fraction")
-    g.figure.suptitle("Self-speculative speedup over plain decoding (boxed: ≥ 1.0×)", y=1.0)
+    g.figure.suptitle("Self-speculative speedup over plain decoding (boxed: ≥ 1.0×; knapsack/auto: the limits given)",
+                      y=1.0)
     n = df.label.nunique()
     g.figure.set_size_inches(4.2 * min(3, n), 3.8 * int(np.ceil(n / 3)) + 0.4)
     g.figure.tight_layout()
@@ -43,8 +49,11 @@ def speedup_heatmap(df: pd.DataFrame, out) -> None:
 
 
 def speedup_vs_skip(df: pd.DataFrame, out) -> None:
-    """Speedup and acceptance against skip fraction: the 'both ends lose' curve."""
+    """Speedup and acceptance against skip fraction: the 'both ends lose' curve of the
+    middle strategy (knapsack/auto choose their own skip within a limit, so they are left out)."""
     sns.set_theme(style="ticks")
+    if (df.strategy == "middle").any():
+        df = df[df.strategy == "middle"]
     long = pd.concat(
         [
             df.assign(metric="speedup (×)", value=df.speedup),
@@ -63,8 +72,11 @@ def speedup_vs_skip(df: pd.DataFrame, out) -> None:
     g.set_axis_labels("skip fraction", "")
     g.figure.suptitle("Speedup and acceptance against skip fraction", y=1.0)
     ncol = df.model.nunique()
-    g.figure.set_size_inches(4.4 * ncol + 1.4, 6.6)
+    g.figure.set_size_inches(4.4 * ncol + 2.4, 6.6)
     g.figure.tight_layout()
+    # Room on the right for the row titles, then the legend beyond them.
+    g.figure.subplots_adjust(right=1 - 2.2 / (4.4 * ncol + 2.4))
+    sns.move_legend(g, "center left", bbox_to_anchor=(1 - 1.5 / (4.4 * ncol + 2.4), 0.5))
     g.savefig(out, dpi=DPI, bbox_inches=None)
     plt.close(g.figure)
 
