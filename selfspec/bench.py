@@ -4,7 +4,6 @@ import time
 from pathlib import Path
 from typing import Dict
 
-import mlx.core as mx
 
 from .cell import _log
 from .prompts import encoded_prompts, eos_ids

@@ -5,7 +5,7 @@ text it is scored on.
 """
 
 import sys
-from typing import Dict, Optional
+from typing import Dict
 
 import mlx.core as mx
 

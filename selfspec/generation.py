@@ -6,7 +6,7 @@ the tokens: `mlx_lm` (mlx-lm's `generate_step` / `speculative_generate_step`) or
 """
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Generator, Iterable, List, Optional, Tuple
 
 import mlx.core as mx

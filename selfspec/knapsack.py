@@ -14,10 +14,9 @@ states, which is a little pessimistic against decoding, where it reads the verif
 """
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Tuple
 
 import mlx.core as mx
-import numpy as np
 
 from .models import ModelParts
 from .profile import LatencyModel

@@ -6,7 +6,6 @@ machine speed hits both sides alike. Ratios are taken per pair.
 """
 
 import statistics
-from dataclasses import asdict
 from typing import Callable, Dict, List, Optional, Sequence
 
 import mlx.core as mx

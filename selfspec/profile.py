@@ -10,13 +10,13 @@ with quantized weights or the reference BLAS).
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
-from .models import ModelParts, model_parts
+from .models import model_parts
 
 
 def _time(fn, repeats: int, warmup: int = 5) -> float:

@@ -16,7 +16,7 @@ import sysconfig
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import List, Tuple
+from typing import List
 
 import numpy as np
 

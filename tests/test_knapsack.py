@@ -5,7 +5,7 @@ import pytest
 
 from selfspec.calibrate import select_plan
 from selfspec.generation import plain_stream, timed_generation
-from selfspec.knapsack import choose, frontier, predicted_speedup
+from selfspec.knapsack import frontier, predicted_speedup
 from selfspec.loop import selfspec_loop
 from selfspec.models import model_parts
 from selfspec.profile import LatencyModel, heldout_error, profile_model

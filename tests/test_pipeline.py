@@ -3,7 +3,6 @@
 import json
 
 import pytest
-import yaml
 
 from tiny_models import write_model_dir
 from workflow import copy_workflow, planned_jobs, snakemake, write_config

@@ -1,8 +1,6 @@
 """Quality scoring, the comparison table, and two-model cells on tiny real models."""
 
-import json
 
-import mlx.core as mx
 import pytest
 
 from selfspec.cell import reference_outputs, specdec_cell
