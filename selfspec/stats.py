@@ -1,6 +1,6 @@
 """Paired-ratio statistics: median with a bootstrap confidence interval."""
 
-from typing import Dict, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -14,14 +14,3 @@ def median_ci(values: Sequence[float], confidence: float = 0.95, resamples: int 
     meds = np.median(rng.choice(x, size=(resamples, x.size), replace=True), axis=1)
     lo, hi = np.quantile(meds, [(1 - confidence) / 2, (1 + confidence) / 2])
     return float(np.median(x)), [float(lo), float(hi)]
-
-
-def ratio_summary(pairs: Sequence[Dict], key: str) -> Dict:
-    """Speedup of `selfspec` over `plain` for one tok/s key, from back-to-back pairs.
-
-    `median` is the median of per-pair ratios; `pooled` is total tokens over total
-    time for each side, divided.
-    """
-    ratios = [p["selfspec"][key] / p["plain"][key] for p in pairs]
-    med, ci = median_ci(ratios)
-    return {"median": med, "ci": ci, "ratios": ratios}
