@@ -1,5 +1,7 @@
 # The engine benchmark: `snakemake --cores 1 bench`.
 
+BENCH = config.get("bench", {})
+
 
 rule engine_bench:
     input:
@@ -11,10 +13,10 @@ rule engine_bench:
     log:
         "results/bench/engine.log",
     params:
-        model=config.get("bench", {}).get("model"),
-        skip_fraction=config.get("bench", {}).get("skip_fraction", 0.25),
-        num_draft=config.get("bench", {}).get("num_draft", 3),
-        repeats=config.get("bench", {}).get("repeats", 3),
+        model=BENCH.get("model"),
+        skip_fraction=BENCH.get("skip_fraction", 0.25),
+        num_draft=BENCH.get("num_draft", 3),
+        repeats=BENCH.get("repeats", 3),
         max_tokens=config["selfspec"]["max_tokens"],
     resources:
         timing=1,

@@ -11,6 +11,12 @@ import seaborn as sns
 DPI = 120
 
 
+def _save(fig, out) -> None:
+    fig.tight_layout()
+    fig.savefig(out, dpi=DPI)
+    plt.close(fig)
+
+
 def _heatmap(data, color=None, label=None, vmin=0.0, vmax=2.0):
     grid = data.pivot_table(index="skip_fraction", columns="num_draft", values="speedup")
     ax = plt.gca()
@@ -107,9 +113,7 @@ def acceptance_vs_cost(df: pd.DataFrame, out) -> None:
     if axes[0][-1].get_legend() is not None:
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
     fig.suptitle("Acceptance against draft cost, by strategy (grey: break-even for k=1 dotted, k=3 dashed, if verify cost were flat)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=DPI)
-    plt.close(fig)
+    _save(fig, out)
 
 
 def sublayer_map(df: pd.DataFrame, out) -> None:
@@ -133,9 +137,7 @@ def sublayer_map(df: pd.DataFrame, out) -> None:
                     cbar_kws={"label": "share skipped"})
         ax.set_title(f"{model}: sublayers skipped by knapsack/auto drafts ({len(g)} cells)")
         ax.set_xlabel("layer")
-    fig.tight_layout()
-    fig.savefig(out, dpi=DPI)
-    plt.close(fig)
+    _save(fig, out)
 
 
 def predicted_vs_measured(df: pd.DataFrame, out) -> None:
@@ -152,9 +154,7 @@ def predicted_vs_measured(df: pd.DataFrame, out) -> None:
         ax.set(xlim=(lo, hi), ylim=(lo, hi))
     ax.set(xlabel="predicted speedup (profile + calibration)", ylabel="measured speedup (median)",
            title="Cost model accuracy")
-    fig.tight_layout()
-    fig.savefig(out, dpi=DPI)
-    plt.close(fig)
+    _save(fig, out)
 
 
 def profile_plot(profile: dict, out) -> None:
@@ -177,9 +177,7 @@ def profile_plot(profile: dict, out) -> None:
     a2.legend(fontsize=8)
     fig.suptitle(f"{profile['model']}: device latency profile ({profile['environment'].get('chip')}, "
                  f"{(profile['environment'].get('blas') or 'Metal').split(' (')[0]})")
-    fig.tight_layout()
-    fig.savefig(out, dpi=DPI)
-    plt.close(fig)
+    _save(fig, out)
 
 
 def techniques_speedup(df: pd.DataFrame, out) -> None:
@@ -203,9 +201,7 @@ def techniques_speedup(df: pd.DataFrame, out) -> None:
         ax.set_xlim(0, max(1.6, float(g.speedup_ci_high.max()) * 1.6))
         ax.set(xlabel="decode speedup over plain (median, 95% CI)", title=f"target: {t}")
     fig.suptitle("Three ways to read the weights less often: speedup, quality and memory")
-    fig.tight_layout()
-    fig.savefig(out, dpi=DPI)
-    plt.close(fig)
+    _save(fig, out)
 
 
 def techniques_spread(per_prompt: pd.DataFrame, out) -> None:
