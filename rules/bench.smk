@@ -18,6 +18,8 @@ rule engine_bench:
         num_draft=BENCH.get("num_draft", 3),
         repeats=BENCH.get("repeats", 3),
         max_tokens=config["selfspec"]["max_tokens"],
+        # Our loop runs as the `ours` cells run it.
+        draft_threshold=config["selfspec"].get("draft_threshold"),
     resources:
         timing=1,
     script:

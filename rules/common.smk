@@ -90,6 +90,8 @@ def get_cell_params(wildcards):
         "warmup": s.get("warmup", 1),
         "draft_threshold": s.get("draft_threshold") if wildcards.engine_tag else None,
         "draft_adapt_target": s.get("draft_adapt_target") if wildcards.engine_tag else None,
+        # Only auto cells read it, so only they rerun when it changes.
+        **({"auto_margin": s.get("auto_margin", 0.05)} if wildcards.strategy == "auto" else {}),
     }
 
 

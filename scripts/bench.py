@@ -14,6 +14,7 @@ result = engine_bench(
     num_draft=p.num_draft,
     repeats=p.repeats,
     max_tokens=p.max_tokens,
+    draft_threshold=p.draft_threshold,
 )
 result.update(sweep_figures(snakemake.input.sweep, p.model))
 write_json(result, snakemake.output[0])

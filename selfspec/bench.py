@@ -2,7 +2,7 @@
 
 import time
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 
 from .cell import _log
@@ -31,10 +31,21 @@ def _compare(records, key="decode_tps") -> Dict:
     }
 
 
+def _acceptance(records, side: str) -> float:
+    drafted = sum(r[side].drafted for r in records)
+    return sum(r[side].accepted for r in records) / drafted if drafted else float("nan")
+
+
 def engine_bench(model_path, prompt_set_path, *, model_name: str, skip_fraction: float, num_draft: int,
-                 repeats: int, max_tokens: int) -> Dict:
+                 repeats: int, max_tokens: int, draft_threshold: Optional[float] = None) -> Dict:
+    """Our loops against mlx-lm's on the same model and the same middle-skip draft.
+
+    Our self-speculative loop runs as the `ours` cells run it (stopping below
+    `draft_threshold`, at most `num_draft` drafts), and again at a fixed draft length, which
+    isolates the shared cache from the dynamic draft length.
+    """
     cfg = dict(model=model_name, skip_fraction=skip_fraction, num_draft=num_draft, repeats=repeats,
-               max_tokens=max_tokens, prompt_set=Path(prompt_set_path).stem)
+               max_tokens=max_tokens, prompt_set=Path(prompt_set_path).stem, draft_threshold=draft_threshold)
     t0 = time.perf_counter()
     model, tokenizer = load(model_path)
     parts = model_parts(model)
@@ -50,14 +61,21 @@ def engine_bench(model_path, prompt_set_path, *, model_name: str, skip_fraction:
         lambda p: plain_loop(parts, p, max_tokens),
         eos, repeats, log=_log,
     )
-    _log("self-spec: ours (shared cache) vs mlx-lm speculative_generate_step, same draft")
+    _log(f"self-spec: ours (shared cache, threshold {draft_threshold}) vs mlx-lm speculative_generate_step, same draft")
     spec = paired_runs(
+        prompts,
+        lambda p: mlx_lm_selfspec_stream(model, draft, p, max_tokens, num_draft),
+        lambda p: selfspec_loop(parts, p, max_tokens, plan, num_draft, draft_threshold),
+        eos, repeats, log=_log,
+    )
+    _log("self-spec: ours at a fixed draft length vs mlx-lm speculative_generate_step, same draft")
+    fixed = paired_runs(
         prompts,
         lambda p: mlx_lm_selfspec_stream(model, draft, p, max_tokens, num_draft),
         lambda p: selfspec_loop(parts, p, max_tokens, plan, num_draft),
         eos, repeats, log=_log,
     )
-    p, s = _compare(plain), _compare(spec)
+    p, s, f = _compare(plain), _compare(spec), _compare(fixed)
     s_e2e = _compare(spec, "e2e_tps")
     return {
         **cfg,
@@ -72,6 +90,11 @@ def engine_bench(model_path, prompt_set_path, *, model_name: str, skip_fraction:
         # End to end includes the prompt: mlx-lm's loop prefills the draft's own cache too.
         "ours_vs_mlx_lm_spec_e2e": s_e2e["ratio"],
         "ours_vs_mlx_lm_spec_e2e_ci": s_e2e["ci"],
+        # The same, drafting num_draft every round: what the shared cache alone gives.
+        "ours_fixed_vs_mlx_lm_spec": f["ratio"],
+        "ours_fixed_vs_mlx_lm_spec_ci": f["ci"],
+        "acceptance": {"mlx_lm": _acceptance(spec, "plain"), "ours": _acceptance(spec, "selfspec"),
+                       "ours_fixed": _acceptance(fixed, "selfspec")},
         "goals": {
             "plain_vs_mlx_lm": ">= 0.98",
             "ours_vs_mlx_lm_spec": ">= 1.10",
@@ -80,6 +103,7 @@ def engine_bench(model_path, prompt_set_path, *, model_name: str, skip_fraction:
         },
         "plain": p,
         "selfspec": s,
+        "selfspec_fixed": f,
         "definition": "median over prompts and repeats of (ours decode tok/s / mlx-lm decode tok/s), back to back",
         "wall_seconds": time.perf_counter() - t0,
         "environment": environment(cfg),

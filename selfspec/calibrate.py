@@ -5,7 +5,7 @@ text it is scored on.
 """
 
 import sys
-from typing import Dict
+from typing import Dict, Optional
 
 import mlx.core as mx
 
@@ -66,15 +66,16 @@ def run_calibration(model_path, prompt_set_path, profile: Dict, *, model_name: s
 
 
 def select_plan(strategy: str, calibration: Dict, profile: Dict, skip_fraction: float, num_draft: int,
-                margin: float = 0.0) -> Dict:
+                margin: float = 0.0, threshold: Optional[float] = None) -> Dict:
     """The draft a `knapsack` or `auto` cell runs, with its predicted speedup.
 
     The skip fraction caps the share of skippable time the draft may skip and num_draft caps
     the draft length. `auto` falls back to plain decoding (num_draft 0) when no plan is
-    predicted to beat it by more than `margin`.
+    predicted to beat it by more than `margin`. `threshold` is the loop's confidence stop,
+    which the prediction replays.
     """
     lat = LatencyModel.from_dict(profile["fit"])
-    best = choose(calibration, lat, skip_fraction, num_draft)
+    best = choose(calibration, lat, skip_fraction, num_draft, threshold)
     n = calibration["n_layers"]
     if best["point"] is None or (strategy == "auto" and best["predicted_speedup"] <= 1.0 + margin):
         return {"plan": SkipPlan(n), "num_draft": 0, "predicted_speedup": best["predicted_speedup"],

@@ -101,6 +101,7 @@ def selfspec_cell(
     warmup: int = 1,
     draft_threshold: Optional[float] = None,
     draft_adapt_target: Optional[float] = None,
+    auto_margin: float = 0.05,
     profile: Optional[Dict] = None,
     calibration: Optional[Dict] = None,
 ) -> Dict:
@@ -115,6 +116,7 @@ def selfspec_cell(
         "prompt_set": Path(prompt_set_path).stem,
         "draft_threshold": draft_threshold if engine == "ours" else None,
         "draft_adapt_target": draft_adapt_target if engine == "ours" else None,
+        "auto_margin": auto_margin if strategy == "auto" else None,
     }
     started_at = time.time()
     t0 = time.perf_counter()
@@ -125,7 +127,8 @@ def selfspec_cell(
     if strategy in ("knapsack", "auto"):
         if calibration is None or profile is None:
             raise ValueError(f"strategy '{strategy}' needs the model's profile and calibration")
-        selection = select_plan(strategy, calibration, profile, skip_fraction, num_draft)
+        selection = select_plan(strategy, calibration, profile, skip_fraction, num_draft, margin=auto_margin,
+                                threshold=draft_threshold if engine == "ours" else None)
         plan = selection["plan"]
     else:
         plan = make_plan(strategy, n_layers, skip_fraction)

@@ -11,10 +11,14 @@ per unit time.
 Hidden states are computed teacher-forced over whole calibration sequences (as SWIFT
 scores candidates): the draft's attention reads keys and values from its own hidden
 states, which is a little pessimistic against decoding, where it reads the verified cache.
+
+Each point keeps, per scored position, whether the draft agreed and its top-1 probability,
+so a prediction replays the decoding rounds themselves (runs of agreement, and where a
+confidence threshold stops drafting) rather than assuming i.i.d. acceptance.
 """
 
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import mlx.core as mx
 
@@ -46,6 +50,8 @@ class FrontierPoint:
     cosine: float
     agreement: float  # top-1 agreement with the full model on calibration positions
     draft_seconds: float  # predicted cost of one draft token
+    agree: List[List[int]]  # per sequence, per scored position: draft top-1 == full top-1
+    confidence: List[List[float]]  # the draft's top-1 probability there
 
 
 def predicted_speedup(alpha: float, k: int, draft_s: float, lat: LatencyModel) -> float:
@@ -56,6 +62,42 @@ def predicted_speedup(alpha: float, k: int, draft_s: float, lat: LatencyModel) -
     alpha = min(alpha, 0.999)
     expected = (1 - alpha ** (k + 1)) / (1 - alpha)
     return expected * lat.full_pass(1) / (k * draft_s + lat.full_pass(k + 1))
+
+
+def simulate_rounds(agree: List[List[int]], confidence: List[List[float]], k: int,
+                    threshold: Optional[float] = None) -> Tuple[int, List[int]]:
+    """Replay greedy self-speculation over teacher-forced calibration positions.
+
+    A round drafts from position j while the draft stays confident (it always drafts at least
+    one token, and at most k), accepts the agreeing prefix and emits one more token from the
+    verify pass, then starts at the first unemitted position, exactly as `loop.selfspec_loop`.
+    Returns (tokens emitted, tokens drafted in each round).
+    """
+    emitted, rounds = 0, []
+    for ag, conf in zip(agree, confidence):
+        j, n = 0, len(ag)
+        while j < n:
+            m = 0
+            while m < min(k, n - j):
+                m += 1
+                if threshold is not None and conf[j + m - 1] < threshold:
+                    break
+            a = 0
+            while a < m and ag[j + a]:
+                a += 1
+            step = min(a + 1, n - j)
+            emitted += step
+            rounds.append(m)
+            j += step
+    return emitted, rounds
+
+
+def replayed_speedup(point: Dict, k: int, draft_s: float, lat: LatencyModel,
+                     threshold: Optional[float] = None) -> float:
+    """Predicted tokens per unit time over plain decoding, from the replayed rounds."""
+    emitted, rounds = simulate_rounds(point["agree"], point["confidence"], k, threshold)
+    cost = sum(m * draft_s + lat.full_pass(m + 1) for m in rounds)
+    return emitted * lat.full_pass(1) / cost if cost else 1.0
 
 
 def frontier(
@@ -130,9 +172,14 @@ def frontier(
         hh, skipped, c = states[j]
         for p in ("attention", "mlp"):
             hh = _sublayer(layers[n - 1], p, hh)
-        pred = mx.argmax(parts.head(parts.norm(hh)), axis=-1)
-        agree = ((pred == target).astype(mx.float32) * mask).sum() / mask.sum()
-        points.append(FrontierPoint(j, skipped, c, agree.item(), lat.draft_pass(skipped, context)))
+        logits = parts.head(parts.norm(hh))
+        pred = mx.argmax(logits, axis=-1)
+        hit = pred == target
+        conf = mx.softmax(logits.astype(mx.float32), axis=-1).max(axis=-1)
+        agree = ((hit).astype(mx.float32) * mask).sum() / mask.sum()
+        points.append(FrontierPoint(j, skipped, c, agree.item(), lat.draft_pass(skipped, context),
+                                    hit[:, score_from:].astype(mx.int32).tolist(),
+                                    mx.round(conf[:, score_from:], 4).tolist()))
     return {
         "unit_seconds": unit,
         "skippable_seconds": total,
@@ -149,20 +196,27 @@ def frontier(
                 "agreement": pt.agreement,
                 "draft_seconds": pt.draft_seconds,
                 "draft_cost_ratio": pt.draft_seconds / lat.full_pass(1),
+                "agree": pt.agree,
+                "confidence": pt.confidence,
             }
             for pt in points
         ],
     }
 
 
-def choose(front: Dict, lat: LatencyModel, max_fraction: float, max_draft: int) -> Dict:
-    """The (budget, draft length) with the highest predicted speedup within the limits."""
+def choose(front: Dict, lat: LatencyModel, max_fraction: float, max_draft: int,
+           threshold: Optional[float] = None) -> Dict:
+    """The (budget, draft length) with the highest predicted speedup within the limits,
+    for a loop that stops drafting below `threshold` (None: always drafts k)."""
     best = {"predicted_speedup": 1.0, "num_draft": 0, "point": None}
     for pt in front["points"]:
         if pt["budget_fraction"] > max_fraction + 1e-9 or not pt["skipped_sublayers"]:
             continue
         for k in range(1, max_draft + 1):
-            s = predicted_speedup(pt["agreement"], k, pt["draft_seconds"], lat)
+            if "agree" in pt:
+                s = replayed_speedup(pt, k, pt["draft_seconds"], lat, threshold)
+            else:
+                s = predicted_speedup(pt["agreement"], k, pt["draft_seconds"], lat)
             if best["point"] is None or s > best["predicted_speedup"]:
                 best = {"predicted_speedup": s, "num_draft": k, "point": pt}
     return best

@@ -102,8 +102,10 @@ def selfspec_loop(
         k = len(drafts)
         verify_in = mx.concatenate([mx.array([tok], dtype=mx.uint32)] + [x.astype(mx.uint32) for x in drafts])
         targets = mx.argmax(forward(parts, verify_in[None], cache)[0], axis=-1)
-        drafted = mx.concatenate(drafts).tolist() if drafts else []
-        targets = targets.tolist()
+        drafted = mx.concatenate(drafts) if drafts else mx.array([], dtype=mx.uint32)
+        # One host sync per round, for drafts and verdicts together.
+        mx.eval(targets, drafted)
+        drafted, targets = drafted.tolist(), targets.tolist()
         n = 0
         while n < k and drafted[n] == targets[n]:
             n += 1

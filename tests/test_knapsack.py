@@ -5,7 +5,7 @@ import pytest
 
 from selfspec.calibrate import select_plan
 from selfspec.generation import plain_stream, timed_generation
-from selfspec.knapsack import frontier, predicted_speedup
+from selfspec.knapsack import frontier, predicted_speedup, simulate_rounds
 from selfspec.loop import selfspec_loop
 from selfspec.models import model_parts
 from selfspec.profile import LatencyModel, heldout_error, profile_model
@@ -100,3 +100,34 @@ def test_heldout_error_on_exact_line():
     assert lat.attention(2.5) == pytest.approx(0.5 + 0.25 * 2.5)
     assert lat.attention(10) == pytest.approx(0.5 + 0.25 * 10)
     assert err["attention_max_rel_error"] < 1e-9 and err["verify_max_rel_error"] < 1e-9
+
+
+def test_replayed_rounds_by_hand():
+    agree = [[1, 1, 0, 1, 1, 1, 1]]
+    conf = [[0.3, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]]
+    # k=2, always drafting: rounds at 0 (2 accepted + 1), 3 (2 + 1), 6 (1 drafted, sequence ends).
+    assert simulate_rounds(agree, conf, 2) == (7, [2, 2, 1])
+    # A threshold of 0.5 stops the first round after one draft; position 2 is then drafted and rejected.
+    assert simulate_rounds(agree, conf, 2, 0.5) == (7, [1, 2, 2, 1])
+    # Draft length caps the rounds; an all-agreeing sequence emits k + 1 per full round.
+    assert simulate_rounds([[1] * 8], [[1.0] * 8], 3) == (8, [3, 3])
+
+
+def test_replay_predicts_the_loops_rounds(planted):
+    """The replayed rounds of a frontier draft match what the loop does with that draft."""
+    model, seqs = planted
+    parts = model_parts(model)
+    front = frontier(parts, seqs, 12, flat_latency(), context=30.0, bins=36)
+    for pt in (front["points"][3], front["points"][-1]):
+        plan = SkipPlan(N, tuple((r["layer"], r["part"]) for r in pt["skipped_sublayers"]))
+        for k, th in ((3, None), (4, 0.6)):
+            emitted, rounds = simulate_rounds(pt["agree"], pt["confidence"], k, th)
+            tokens = drafted = verifies = 0
+            for b in range(seqs.shape[0]):
+                out = timed_generation(lambda: selfspec_loop(parts, seqs[b, :12], 37, plan, k, th), 12)
+                # The first token comes from the prefill, not a round.
+                tokens += len(out.tokens) - 1
+                drafted += out.drafted
+                verifies += out.verify_steps - 1
+            assert emitted / len(rounds) == pytest.approx(tokens / verifies, rel=0.15)
+            assert sum(rounds) / len(rounds) == pytest.approx(drafted / verifies, rel=0.15)

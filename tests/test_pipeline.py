@@ -36,6 +36,7 @@ def run(tmp_path_factory):
             "prompt_set": "stdlib_code",
             "calibration_set": "stdlib_calib",
             "calibration_tokens": 16,
+            "draft_threshold": 0.6,
         },
         "profile": {"contexts": [16, 64, 256], "repeats": 5},
         "bench": {"model": "tiny", "skip_fraction": 0.3, "num_draft": 2, "repeats": 1},
@@ -74,6 +75,9 @@ def test_every_cell_is_written_lossless_and_complete(run):
             if c["fallback"]:
                 assert c["strategy"] == "auto" and c["draft_length_used"] == 0 and not c["skipped_sublayers"]
         assert c["speedup_ci"][0] <= c["speedup"] <= c["speedup_ci"][1]
+        # The dynamic draft length is a setting of our loop only.
+        assert c["draft_threshold"] == (0.6 if c["engine"] == "ours" else None)
+        assert c["auto_margin"] == (0.05 if c["strategy"] == "auto" else None)
         for pp in c["per_prompt"]:
             assert pp["lossless"] and pp["first_divergence"] is None and pp["prompt_tokens"] > 0
             assert pp["tokens"] == pp["tokens"][:12] and len(pp["tokens"]) >= 1
@@ -121,6 +125,8 @@ def test_bench_reports_ratios(run):
     b = json.loads((d / "results/bench/engine.json").read_text())
     assert b["plain_vs_mlx_lm"] > 0 and b["selfspec_vs_mlx_lm"] > 0
     assert b["plain"]["identical_tokens"] and b["selfspec"]["identical_tokens"]
+    assert b["selfspec_fixed"]["identical_tokens"] and b["ours_fixed_vs_mlx_lm_spec"] > 0
+    assert b["draft_threshold"] == 0.6 and 0 <= b["acceptance"]["ours"] <= 1
     assert b["best_adaptive_speedup"] > 0 and b["adaptive_over_best_middle"] > 0
 
 
@@ -147,6 +153,15 @@ def test_new_grid_value_schedules_only_new_cells(run):
     jobs = planned_jobs(d, config="config/grown.yaml")
     assert jobs == {"selfspec_cell": 2 * len(SKIPS), "aggregate": 1, "plot_selfspec": 1, "plot_adaptive": 1,
                     "all": 1}
+
+
+def test_auto_margin_reruns_only_auto_cells(run):
+    d, cfg = run
+    changed = json.loads(json.dumps(cfg))
+    changed["selfspec"]["auto_margin"] = 0.2
+    write_config(d, changed, "margin.yaml")
+    jobs = planned_jobs(d, config="config/margin.yaml")
+    assert jobs == {"selfspec_cell": 2, "aggregate": 1, "plot_selfspec": 1, "plot_adaptive": 1, "all": 1}
 
 
 def test_editing_a_plot_script_reruns_plots_only(run):
