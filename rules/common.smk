@@ -10,6 +10,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from selfspec.config import ConfigError, check_config, format_skip, grid_models, schema_errors, timing_blas
+from selfspec.strategies import ADAPTIVE
 
 SCHEMA = Path(workflow.basedir) / "config" / "schemas" / "config.schema.yaml"
 try:
@@ -135,7 +136,6 @@ def get_final_output():
     ) + get_technique_outputs()
 
 
-ADAPTIVE = ("knapsack", "auto")
 CALIBRATION_SET = config["selfspec"].get("calibration_set", PROMPT_SET)
 
 
@@ -148,7 +148,8 @@ def get_calibration_prompts(wildcards):
 
 
 def get_cell_inputs(wildcards):
-    """A cell's inputs; knapsack and auto cells also read the model's profile and calibration."""
+    """A cell's inputs; knapsack, auto and search cells also read the model's profile and
+    calibration, and search cells the timed candidates."""
     inputs = {
         "model": get_model_dir(wildcards),
         "prompts": get_prompt_set(wildcards),
@@ -157,6 +158,8 @@ def get_cell_inputs(wildcards):
     if wildcards.strategy in ADAPTIVE:
         inputs["profile"] = get_profile_path(wildcards)
         inputs["calibration"] = f"results/calibration/{wildcards.model}.json"
+    if wildcards.strategy == "search":
+        inputs["search"] = f"results/search/{wildcards.model}.json"
     return inputs
 
 

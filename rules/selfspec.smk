@@ -52,6 +52,28 @@ rule calibrate_model:
         "../scripts/calibrate_model.py"
 
 
+rule search_model:
+    input:
+        model=get_model_dir,
+        profile=get_profile_path,
+        calibration="results/calibration/{model}.json",
+        prompts=get_calibration_prompts,
+    output:
+        "results/search/{model}.json",
+    log:
+        "results/search/{model}.log",
+    params:
+        max_tokens=config["selfspec"].get("calibration_tokens", 64),
+        threshold=config["selfspec"].get("draft_threshold"),
+        candidates=config.get("search", {}).get("candidates", 6),
+        max_draft=config.get("search", {}).get("max_draft", 6),
+        repeats=config.get("search", {}).get("repeats", 1),
+    resources:
+        timing=1,
+    script:
+        "../scripts/search_model.py"
+
+
 rule selfspec_cell:
     input:
         unpack(get_cell_inputs),

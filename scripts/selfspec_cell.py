@@ -17,6 +17,7 @@ result = selfspec_cell(
     model_name=snakemake.wildcards.model,
     profile=read("profile"),
     calibration=read("calibration"),
+    search=read("search"),
     **snakemake.params.cell,
 )
 write_json(result, snakemake.output[0])

@@ -14,7 +14,7 @@ from .loop import plain_loop, selfspec_loop
 from .measure import paired_runs
 from .models import load, model_parts
 from .stats import median_ci
-from .strategies import make_plan
+from .strategies import ADAPTIVE, make_plan
 
 
 def _compare(records, key="decode_tps") -> Dict:
@@ -111,14 +111,14 @@ def engine_bench(model_path, prompt_set_path, *, model_name: str, skip_fraction:
 
 
 def sweep_figures(sweep_csv, model_name: str) -> Dict:
-    """Best adaptive (knapsack/auto) cell against plain and against the best middle cell,
+    """Best adaptive (knapsack/auto/search) cell against plain and against the best middle cell,
     on one model, from the sweep table."""
     import pandas as pd
 
     df = pd.read_csv(sweep_csv)
     df = df[df.model == model_name]
     # Fallback cells decode plainly; their ratio is plain against plain.
-    adaptive = df[df.strategy.isin(["knapsack", "auto"]) & ~df.fallback.astype(bool)]
+    adaptive = df[df.strategy.isin(ADAPTIVE) & ~df.fallback.astype(bool)]
     middle = df[df.strategy == "middle"]
     auto = df[df.strategy == "auto"]
     out = {"best_adaptive_speedup": None, "adaptive_over_best_middle": None,

@@ -19,6 +19,7 @@ from .loop import plain_loop, selfspec_loop
 from .measure import paired_runs, summarize
 from .models import load, model_parts
 from .prompts import encoded_prompts, eos_ids
+from .search import select_searched
 from .strategies import make_plan
 
 import mlx.core as mx
@@ -104,6 +105,7 @@ def selfspec_cell(
     auto_margin: float = 0.05,
     profile: Optional[Dict] = None,
     calibration: Optional[Dict] = None,
+    search: Optional[Dict] = None,
 ) -> Dict:
     cfg = {
         "model": model_name,
@@ -124,7 +126,12 @@ def selfspec_cell(
     parts = model_parts(model)
     n_layers = len(parts.layers)
     selection = {"num_draft": num_draft, "predicted_speedup": None, "fallback": False}
-    if strategy in ("knapsack", "auto"):
+    if strategy == "search":
+        if search is None:
+            raise ValueError("strategy 'search' needs the model's timed candidates (rule search_model)")
+        selection = select_searched(search, skip_fraction, num_draft)
+        plan = selection["plan"]
+    elif strategy in ("knapsack", "auto"):
         if calibration is None or profile is None:
             raise ValueError(f"strategy '{strategy}' needs the model's profile and calibration")
         selection = select_plan(strategy, calibration, profile, skip_fraction, num_draft, margin=auto_margin,
@@ -140,7 +147,8 @@ def selfspec_cell(
         return plain_stream(model, prompt, max_tokens)
 
     if selection["fallback"]:
-        # auto predicted no gain: it decodes plainly, with the engine's own plain loop.
+        # auto predicted no gain (or search timed no draft within the limits): decode plainly,
+        # with the engine's own plain loop.
         candidate = plain if engine == "mlx_lm" else (lambda p: plain_loop(parts, p, max_tokens))
     else:
         candidate = selfspec_candidate(engine, model, plan, max_tokens, draft_len, draft_threshold, draft_adapt_target)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from .models import read_num_layers
-from .strategies import SkipError, make_plan
+from .strategies import ADAPTIVE, SkipError, make_plan
 
 OPENBLAS_CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3",
@@ -102,9 +102,9 @@ def check_config(config: Dict, basedir: str = ".") -> None:
         prompt_file = Path(basedir) / "config" / "prompts" / f"{s[key]}.yaml"
         if not prompt_file.is_file():
             raise ConfigError(f"selfspec.{key}: '{s[key]}' has no prompt set file {prompt_file}")
-    if set(s["strategies"]) & {"knapsack", "auto"} and s.get("calibration_set", s["prompt_set"]) == s["prompt_set"]:
+    if set(s["strategies"]) & set(ADAPTIVE) and s.get("calibration_set", s["prompt_set"]) == s["prompt_set"]:
         raise ConfigError(
-            "selfspec.calibration_set: knapsack/auto need calibration prompts apart from prompt_set "
+            "selfspec.calibration_set: knapsack/auto/search need calibration prompts apart from prompt_set "
             f"('{s['prompt_set']}'), so that no cell is tuned on what it is scored on"
         )
     bench = config.get("bench")

@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from .strategies import ADAPTIVE
+
 DPI = 120
 
 
@@ -117,10 +119,10 @@ def acceptance_vs_cost(df: pd.DataFrame, out) -> None:
 
 
 def sublayer_map(df: pd.DataFrame, out) -> None:
-    """Which sublayers the knapsack/auto drafts skip: share of each model's adaptive cells
+    """Which sublayers the knapsack/auto/search drafts skip: share of each model's adaptive cells
     that skip each (layer, attention|MLP)."""
     sns.set_theme(style="white")
-    d = df[df.strategy.isin(["knapsack", "auto"]) & ~df.fallback.astype(bool)]
+    d = df[df.strategy.isin(ADAPTIVE) & ~df.fallback.astype(bool)]
     models = sorted(df.model.unique())
     fig, axes = plt.subplots(len(models), 1, figsize=(10, 1.9 * len(models) + 0.6), squeeze=False)
     for ax, model in zip(axes[:, 0], models):
@@ -135,15 +137,16 @@ def sublayer_map(df: pd.DataFrame, out) -> None:
         sns.heatmap(grid, vmin=0, vmax=1, cmap="Greens", ax=ax, cbar=True, linewidths=0.5,
                     yticklabels=["attention", "MLP"], xticklabels=list(range(n)),
                     cbar_kws={"label": "share skipped"})
-        ax.set_title(f"{model}: sublayers skipped by knapsack/auto drafts ({len(g)} cells)")
+        ax.set_title(f"{model}: sublayers skipped by knapsack/auto/search drafts ({len(g)} cells)")
         ax.set_xlabel("layer")
     _save(fig, out)
 
 
 def predicted_vs_measured(df: pd.DataFrame, out) -> None:
-    """The cost model's accuracy: predicted against measured speedup for adaptive cells."""
+    """The cost model's accuracy: predicted against measured speedup for adaptive cells
+    (for search, the speedup timed on the calibration prompts)."""
     sns.set_theme(style="ticks")
-    d = df[df.strategy.isin(["knapsack", "auto"])].dropna(subset=["predicted_speedup"])
+    d = df[df.strategy.isin(ADAPTIVE)].dropna(subset=["predicted_speedup"])
     fig, ax = plt.subplots(figsize=(6, 5))
     if len(d):
         sns.scatterplot(data=d, x="predicted_speedup", y="speedup", hue="model", style="strategy", ax=ax, s=60)
@@ -152,7 +155,7 @@ def predicted_vs_measured(df: pd.DataFrame, out) -> None:
         ax.plot([lo, hi], [lo, hi], color="grey", lw=1, ls="--", label="y = x")
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set(xlim=(lo, hi), ylim=(lo, hi))
-    ax.set(xlabel="predicted speedup (profile + calibration)", ylabel="measured speedup (median)",
+    ax.set(xlabel="predicted speedup (knapsack/auto: profile + calibration; search: timed on calibration)", ylabel="measured speedup (median)",
            title="Cost model accuracy")
     _save(fig, out)
 

@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
 # middle: the seeds' contiguous block. knapsack/auto: chosen from measurements
-# (selfspec.knapsack, selfspec.calibrate), so they need a profile and calibration.
-STRATEGIES = ("middle", "knapsack", "auto")
+# (selfspec.knapsack, selfspec.calibrate), so they need a profile and calibration;
+# search also times the candidates (selfspec.search).
+STRATEGIES = ("middle", "knapsack", "auto", "search")
+ADAPTIVE = ("knapsack", "auto", "search")
 PARTS = ("attention", "mlp")
 
 
@@ -62,5 +64,6 @@ def make_plan(strategy: str, n_layers: int, skip_fraction: float) -> SkipPlan:
     if strategy == "middle":
         return SkipPlan.from_layers(n_layers, middle_skip(n_layers, skip_fraction))
     if strategy in STRATEGIES:
-        raise SkipError(f"strategy '{strategy}' is chosen from measurements: use calibrate.select_plan")
+        raise SkipError(f"strategy '{strategy}' is chosen from measurements: use calibrate.select_plan "
+                        "or search.select_searched")
     raise SkipError(f"unknown strategy '{strategy}' (known: {', '.join(STRATEGIES)})")

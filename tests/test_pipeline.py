@@ -22,13 +22,14 @@ def run(tmp_path_factory):
             "tiny-q4": {"source": str(src), "quantize": {"bits": 4, "group_size": 64}},
         },
         "selfspec": {
-            "strategies": ["middle", "knapsack", "auto"],
+            "strategies": ["middle", "knapsack", "auto", "search"],
             "engines": ["mlx_lm"],
             "skip_fractions": SKIPS,
             "draft_lengths": DRAFTS,
             "per_strategy": {
                 "knapsack": {"engines": ["ours"], "skip_fractions": [0.5], "draft_lengths": [3]},
                 "auto": {"engines": ["ours"], "skip_fractions": [0.5], "draft_lengths": [3]},
+                "search": {"engines": ["ours"], "skip_fractions": [0.5], "draft_lengths": [3]},
             },
             "max_tokens": 12,
             "repeats": 1,
@@ -39,6 +40,7 @@ def run(tmp_path_factory):
             "draft_threshold": 0.6,
         },
         "profile": {"contexts": [16, 64, 256], "repeats": 5},
+        "search": {"candidates": 2, "max_draft": 3, "repeats": 1},
         "bench": {"model": "tiny", "skip_fraction": 0.3, "num_draft": 2, "repeats": 1},
     }
     write_config(d, cfg)
@@ -48,7 +50,7 @@ def run(tmp_path_factory):
 
 
 N_MIDDLE = 2 * len(SKIPS) * len(DRAFTS)
-N_ADAPTIVE = 2 * 2  # knapsack and auto, one cell per model each
+N_ADAPTIVE = 2 * 3  # knapsack, auto and search, one cell per model each
 
 
 def cells(d):
@@ -67,13 +69,14 @@ def test_every_cell_is_written_lossless_and_complete(run):
             assert key in c, f"{p} lacks {key}"
         assert c["lossless"] is True
         assert c["n_layers"] == 6
-        if c["strategy"] in ("knapsack", "auto"):
+        if c["strategy"] in ("knapsack", "auto", "search"):
             assert c["engine"] == "ours" and p.name.endswith("_ours.json")
             assert c["predicted_speedup"] is not None
             layers = {r["layer"] for r in c["skipped_sublayers"]}
             assert 0 not in layers and 5 not in layers
             if c["fallback"]:
-                assert c["strategy"] == "auto" and c["draft_length_used"] == 0 and not c["skipped_sublayers"]
+                assert c["strategy"] in ("auto", "search") and c["draft_length_used"] == 0
+                assert not c["skipped_sublayers"]
         assert c["speedup_ci"][0] <= c["speedup"] <= c["speedup_ci"][1]
         # The dynamic draft length is a setting of our loop only.
         assert c["draft_threshold"] == (0.6 if c["engine"] == "ours" else None)
@@ -105,7 +108,7 @@ def test_tables_summary_and_plots(run):
 
     df = pd.read_csv(d / "results/tables/selfspec_sweep.csv")
     assert len(df) == N_MIDDLE + N_ADAPTIVE
-    assert set(df.strategy) == {"middle", "knapsack", "auto"}
+    assert set(df.strategy) == {"middle", "knapsack", "auto", "search"}
     assert df.draft_cost_ratio.between(0, 1.01).all()
     assert set(df.model) == {"tiny", "tiny-q4"}
     summary = (d / "results/summary.md").read_text()
@@ -138,6 +141,25 @@ def test_profile_and_calibration(run):
     cal = json.loads((d / "results/calibration/tiny.json").read_text())
     assert cal["calibration_set"] == "stdlib_calib.yaml" and cal["points"][0]["budget"] == 0
     assert cal["points"][0]["agreement"] == 1.0
+
+
+def test_search_times_frontier_drafts(run):
+    d, _ = run
+    for model in ("tiny", "tiny-q4"):
+        s = json.loads((d / f"results/search/{model}.json").read_text())
+        # Two candidates, then the fastest at the other draft lengths up to 3.
+        assert len(s["measured"]) == 2 + 2
+        assert all(r["identical_to_plain"] for r in s["measured"])
+        assert {r["num_draft"] for r in s["measured"]} >= {1, 2, 3}
+        cell = json.loads((d / f"results/selfspec/{model}/search/skip0.5_draft3_ours.json").read_text())
+        fits = [r for r in s["measured"] if r["budget_fraction"] <= 0.5 and r["num_draft"] <= 3]
+        if cell["fallback"]:
+            assert not fits
+        else:
+            best = max(fits, key=lambda r: r["measured_speedup"])
+            assert cell["predicted_speedup"] == best["measured_speedup"]
+            assert cell["skipped_sublayers"] == best["skipped_sublayers"]
+            assert cell["draft_length_used"] == best["num_draft"]
 
 
 def test_nothing_to_do_after_a_run(run):
@@ -180,9 +202,9 @@ def test_changing_one_model_reruns_only_that_model(run):
     changed["models"]["tiny-q4"]["quantize"] = {"bits": 8, "group_size": 64}
     write_config(d, changed, "changed.yaml")
     jobs = planned_jobs(d, config="config/changed.yaml")
-    n = len(SKIPS) * len(DRAFTS) + 2
+    n = len(SKIPS) * len(DRAFTS) + 3
     assert jobs == {"quantize_model": 1, "reference_outputs": 1, "profile_model": 1, "calibrate_model": 1,
-                    "plot_profile": 1, "selfspec_cell": n, "aggregate": 1, "plot_selfspec": 1,
+                    "search_model": 1, "plot_profile": 1, "selfspec_cell": n, "aggregate": 1, "plot_selfspec": 1,
                     "plot_adaptive": 1, "all": 1}
 
 

@@ -1,0 +1,111 @@
+"""`search`: choose the draft by timing it, in the manner of SWIFT and Draft & Verify.
+
+`knapsack` predicts speed from the latency profile; `search` measures it. Candidates are
+the knapsack frontier's drafts, one per budget, ranked by their replayed prediction; the
+best `candidates` of them are timed with our loop against plain decoding on the
+calibration prompts (paired and alternating, as the cells are), then the fastest is timed
+again at other draft lengths. A cell takes the fastest measured candidate within its skip
+fraction and draft length. Calibration prompts are never the evaluation prompts, so a
+cell's number is not the one its draft was picked on.
+"""
+
+import sys
+import time
+from typing import Dict, List, Optional
+
+from .environment import environment
+from .generation import plain_stream
+from .knapsack import replayed_speedup
+from .loop import selfspec_loop
+from .measure import first_divergence, paired_runs
+from .models import load, model_parts
+from .profile import LatencyModel
+from .prompts import encoded_prompts, eos_ids
+from .stats import median_ci
+from .strategies import SkipPlan
+
+DRAFT_LENGTHS = (1, 2, 3, 4, 6, 8)
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def ranked_candidates(calibration: Dict, profile: Dict, max_draft: int, threshold: Optional[float]) -> List[Dict]:
+    """Every non-empty frontier draft at its best predicted draft length, best first."""
+    lat = LatencyModel.from_dict(profile["fit"])
+    out = []
+    for pt in calibration["points"]:
+        if not pt["skipped_sublayers"]:
+            continue
+        k, pred = max(((k, replayed_speedup(pt, k, pt["draft_seconds"], lat, threshold))
+                       for k in range(1, max_draft + 1)), key=lambda kv: kv[1])
+        out.append({"budget": pt["budget"], "budget_fraction": pt["budget_fraction"],
+                    "skipped_sublayers": pt["skipped_sublayers"], "num_draft": k, "predicted_speedup": pred})
+    return sorted(out, key=lambda c: -c["predicted_speedup"])
+
+
+def run_search(model_path, prompt_set_path, calibration: Dict, profile: Dict, *, model_name: str, max_tokens: int,
+               max_draft: int, threshold: Optional[float], candidates: int = 6, repeats: int = 1) -> Dict:
+    cfg = {"model": model_name, "prompt_set": str(prompt_set_path).rsplit("/", 1)[-1], "max_tokens": max_tokens,
+           "max_draft": max_draft, "draft_threshold": threshold, "candidates": candidates, "repeats": repeats}
+    t0 = time.perf_counter()
+    model, tokenizer = load(model_path)
+    parts = model_parts(model)
+    n = len(parts.layers)
+    prompts = encoded_prompts(tokenizer, prompt_set_path)
+    eos = eos_ids(tokenizer)
+    ranked = ranked_candidates(calibration, profile, max_draft, threshold)
+
+    def plain(prompt):
+        return plain_stream(model, prompt, max_tokens)
+
+    measured: List[Dict] = []
+
+    def measure(cand: Dict, k: int, warmup: int) -> Dict:
+        plan = SkipPlan(n, tuple((r["layer"], r["part"]) for r in cand["skipped_sublayers"]))
+        records = paired_runs(prompts, plain,
+                              lambda p: selfspec_loop(parts, p, max_tokens, plan, k, threshold),
+                              eos, repeats, warmup, log=lambda _: None)
+        ratios = [r["selfspec"].decode_tps / r["plain"].decode_tps for r in records]
+        med, ci = median_ci(ratios)
+        drafted = sum(r["selfspec"].drafted for r in records)
+        row = {**cand, "num_draft": k, "measured_speedup": med, "measured_ci": ci,
+               "acceptance_rate": sum(r["selfspec"].accepted for r in records) / drafted if drafted else None,
+               "identical_to_plain": all(first_divergence(r["selfspec"].tokens, r["plain"].tokens) is None
+                                         for r in records)}
+        measured.append(row)
+        _log(f"budget {cand['budget']} k={k}: predicted {cand['predicted_speedup']:.2f}x, measured {med:.2f}x "
+             f"[{ci[0]:.2f}, {ci[1]:.2f}], acceptance {row['acceptance_rate']}")
+        return row
+
+    for i, cand in enumerate(ranked[:candidates]):
+        measure(cand, cand["num_draft"], warmup=1 if i == 0 else 0)
+    if measured:
+        best = max(measured, key=lambda r: r["measured_speedup"])
+        for k in DRAFT_LENGTHS:
+            if k <= max_draft and k != best["num_draft"]:
+                measure(best, k, warmup=0)
+    return {
+        **cfg,
+        "n_layers": n,
+        "ranked": len(ranked),
+        "measured": measured,
+        "definition": "median over calibration prompts and repeats of (our loop's decode tok/s / mlx-lm "
+                      "generate_step's), back to back",
+        "wall_seconds": time.perf_counter() - t0,
+        "environment": environment(cfg),
+    }
+
+
+def select_searched(search: Dict, skip_fraction: float, num_draft: int) -> Dict:
+    """The fastest measured draft within a cell's limits; plain decoding if none fits or
+    none produced the plain tokens."""
+    fits = [r for r in search["measured"] if r["budget_fraction"] <= skip_fraction + 1e-9
+            and r["num_draft"] <= num_draft and r["identical_to_plain"]]
+    n = search["n_layers"]
+    if not fits:
+        return {"plan": SkipPlan(n), "num_draft": 0, "predicted_speedup": None, "fallback": True}
+    best = max(fits, key=lambda r: r["measured_speedup"])
+    return {"plan": SkipPlan(n, tuple((r["layer"], r["part"]) for r in best["skipped_sublayers"])),
+            "num_draft": best["num_draft"], "predicted_speedup": best["measured_speedup"], "fallback": False}
