@@ -17,7 +17,7 @@ rule engine_bench:
         skip_fraction=BENCH.get("skip_fraction", 0.25),
         num_draft=BENCH.get("num_draft", 3),
         repeats=BENCH.get("repeats", 3),
-        max_tokens=config["selfspec"]["max_tokens"],
+        max_tokens=BENCH.get("max_tokens", config["selfspec"]["max_tokens"]),
         # Our loop runs as the `ours` cells run it.
         draft_threshold=config["selfspec"].get("draft_threshold"),
     resources:

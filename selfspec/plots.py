@@ -169,7 +169,15 @@ def profile_plot(profile: dict, out) -> None:
     a1.plot(x, np.asarray(profile["attention_seconds"]) * 1e3, "o", label="attention (measured)")
     a1.plot(x, (fit["attn_a"] + fit["attn_b"] * x) * 1e3, "-", label="attention (fit)")
     a1.axhline(profile["mlp_seconds"] * 1e3, color="C2", ls="--", label="MLP (measured)")
-    a1.set(xlabel="context length (tokens)", ylabel="ms per sublayer, 1 token", title="Sublayer cost")
+    ic = profile.get("in_context")
+    if ic:
+        # What selection uses: the isolated curves scaled to these in-forward costs.
+        a1.plot([ic["context"]], [ic["attention_seconds"] * 1e3], "s", color="C0", mfc="none", ms=9,
+                label="attention in a full forward")
+        a1.plot([ic["context"]], [ic["mlp_seconds"] * 1e3], "s", color="C2", mfc="none", ms=9,
+                label="MLP in a full forward")
+    a1.set(xlabel="context length (tokens)", ylabel="ms per sublayer, 1 token",
+           title="Sublayer cost (isolated; squares: in context)")
     a1.legend(fontsize=8)
     k = np.asarray(profile["verify_tokens"], float)
     a2.plot(k, profile["verify_ratio"], "o-", label="measured")

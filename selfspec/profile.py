@@ -5,6 +5,11 @@ length (it reads the KV cache, so it grows with context), MLP-sublayer time (con
 the fixed per-pass cost (embedding, final norm, head, dispatch), and one full forward of
 k = 1..8 tokens (the verify cost curve: nearly flat on Apple Silicon, growing on CPUs
 with quantized weights or the reference BLAS).
+
+A sublayer timed alone carries a host synchronization of its own, which misjudges both its
+size and the attention:MLP ratio. So the profile also times one-token passes inside a real
+forward with every inner attention, or every inner MLP, skipped; the differences from a
+full pass scale the isolated curves to what the sublayers cost in context.
 """
 
 import statistics
@@ -16,7 +21,9 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+from .forward import forward
 from .models import model_parts
+from .strategies import SkipPlan
 
 
 def _time(fn, repeats: int, warmup: int = 5) -> float:
@@ -48,18 +55,21 @@ class LatencyModel:
     attn_min: float = 0.0
     attn_contexts: Tuple[float, ...] = ()
     attn_seconds: Tuple[float, ...] = ()
+    # In-context cost / isolated cost, from `in_context_costs` (1.0: isolated as measured).
+    attn_scale: float = 1.0
+    mlp_scale: float = 1.0
 
     def attention(self, context: float) -> float:
         if len(self.attn_contexts) >= 2:
-            return interpolate(self.attn_contexts, self.attn_seconds, context)
+            return self.attn_scale * interpolate(self.attn_contexts, self.attn_seconds, context)
         # A noisy fit must never make a sublayer free or negative.
-        return max(self.attn_a + self.attn_b * context, self.attn_min)
+        return self.attn_scale * max(self.attn_a + self.attn_b * context, self.attn_min)
 
     def full_pass(self, k: int = 1) -> float:
         return self.verify_a + self.verify_b * k
 
     def sublayer_costs(self, context: float) -> Dict[str, float]:
-        return {"attention": self.attention(context), "mlp": self.mlp}
+        return {"attention": self.attention(context), "mlp": self.mlp_scale * self.mlp}
 
     def draft_pass(self, skipped: Sequence, context: float) -> float:
         """One draft token's cost: a full single-token pass minus the skipped sublayers."""
@@ -91,6 +101,47 @@ def interpolate(xs, ys, x: float) -> float:
 def _fit_line(x, y):
     b, a = np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)
     return float(a), float(b)
+
+
+def in_context_costs(parts, context: int, repeats: int) -> Dict:
+    """Per-sublayer costs inside a one-token forward at `context`: (full pass - pass with every
+    inner attention skipped) / inner layers, and the same for MLP. The three kinds of pass are
+    interleaved so that drift in machine speed hits them alike."""
+    n = len(parts.layers)
+    inner = range(1, n - 1)
+    plans = {"full": None,
+             "no_attention": SkipPlan(n, tuple((i, "attention") for i in inner)),
+             "no_mlp": SkipPlan(n, tuple((i, "mlp") for i in inner))}
+    cache = make_prompt_cache(parts.model)
+    forward(parts, mx.arange(context)[None] % 100 + 1, cache)
+    mx.eval([c.state for c in cache])
+    tok = mx.array([[5]])
+
+    def run(plan):
+        mx.eval(forward(parts, tok, cache, plan))
+        for c in cache:
+            if c.offset > context:
+                c.trim(c.offset - context)
+
+    samples = {k: [] for k in plans}
+    for r in range(repeats + 5):
+        for k, plan in plans.items():
+            t = time.perf_counter()
+            run(plan)
+            if r >= 5:
+                samples[k].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    return {
+        "context": context,
+        **{f"{k}_seconds": v for k, v in med.items()},
+        "attention_seconds": (med["full"] - med["no_attention"]) / max(n - 2, 1),
+        "mlp_seconds": (med["full"] - med["no_mlp"]) / max(n - 2, 1),
+    }
+
+
+def _scale(in_context: float, isolated: float) -> float:
+    # A difference lost in noise (<= 0) says nothing: keep the isolated cost.
+    return in_context / isolated if in_context > 0 and isolated > 0 else 1.0
 
 
 def profile_model(
@@ -146,6 +197,12 @@ def profile_model(
     fit = LatencyModel(attn_a, max(attn_b, 0.0), mlp_time, fixed_time, verify_a, verify_b, len(parts.layers),
                        attn_min=min(attn_times), attn_contexts=tuple(float(c) for c in contexts),
                        attn_seconds=tuple(attn_times))
+    in_ctx = in_context_costs(parts, verify_context, max(10, repeats))
+    # As shares of the full pass timed alongside, so that drift between this and the verify
+    # timing cancels; the shares then apply to the verify curve's one-token pass.
+    share = fit.full_pass(1) / in_ctx["full_seconds"]
+    fit.attn_scale = _scale(in_ctx["attention_seconds"] * share, fit.attention(verify_context))
+    fit.mlp_scale = _scale(in_ctx["mlp_seconds"] * share, mlp_time)
     return {
         "layer_profiled": min(layer, len(parts.layers) - 1),
         "contexts": list(contexts),
@@ -156,6 +213,7 @@ def profile_model(
         "verify_tokens": list(verify_tokens),
         "verify_seconds": verify_times,
         "verify_ratio": [t / verify_times[0] for t in verify_times],
+        "in_context": in_ctx,
         "fit": asdict(fit),
         "heldout": heldout_error(contexts, attn_times, verify_tokens, verify_times),
         "repeats": repeats,

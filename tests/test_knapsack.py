@@ -148,3 +148,20 @@ def test_search_keeps_the_fastest_timed_draft_within_the_limits():
     assert sel["num_draft"] == 2 and sel["plan"].skipped == ((1, "attention"),) and not sel["fallback"]
     sel = select_searched(search, 0.1, 6)
     assert sel["fallback"] and sel["num_draft"] == 0 and not sel["plan"].skipped
+
+
+def test_in_context_costs_rank_a_wide_mlp_above_attention():
+    """Inside a real forward, a 32x-wide MLP costs more than attention over a short context,
+    and the fitted model carries that ratio into the knapsack's weights."""
+    from selfspec.profile import in_context_costs
+
+    model = build_model(make_args("llama", layers=6, hidden=128, vocab=300, intermediate_size=4096), seed=0)
+    ic = in_context_costs(model_parts(model), 16, repeats=30)
+    assert ic["mlp_seconds"] > ic["attention_seconds"]
+    assert ic["no_mlp_seconds"] < ic["full_seconds"]
+    prof = profile_model(model, contexts=(16, 64, 256), repeats=10, verify_tokens=(1, 2, 3), verify_context=16)
+    costs = LatencyModel.from_dict(prof["fit"]).sublayer_costs(16)
+    assert costs["mlp"] > costs["attention"]
+    ic = prof["in_context"]
+    share = LatencyModel.from_dict(prof["fit"]).full_pass(1) / ic["full_seconds"]
+    assert costs["mlp"] == pytest.approx(ic["mlp_seconds"] * share, rel=1e-6)
