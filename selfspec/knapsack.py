@@ -56,12 +56,13 @@ class FrontierPoint:
 
 def predicted_speedup(alpha: float, k: int, draft_s: float, lat: LatencyModel) -> float:
     """Tokens per unit time over plain decoding, with i.i.d. acceptance alpha:
-    E[tokens per round] = (1 - a^(k+1)) / (1 - a); a round costs k drafts plus a (k+1)-token verify."""
+    E[tokens per round] = (1 - a^(k+1)) / (1 - a); a round costs k drafts plus a (k+1)-token
+    verify, and a plain token costs `lat.plain()` (pipelined, so less than one synchronous pass)."""
     if k == 0:
         return 1.0
     alpha = min(alpha, 0.999)
     expected = (1 - alpha ** (k + 1)) / (1 - alpha)
-    return expected * lat.full_pass(1) / (k * draft_s + lat.full_pass(k + 1))
+    return expected * lat.plain() / (k * draft_s + lat.full_pass(k + 1))
 
 
 def simulate_rounds(agree: List[List[int]], confidence: List[List[float]], k: int,
@@ -97,7 +98,7 @@ def replayed_speedup(point: Dict, k: int, draft_s: float, lat: LatencyModel,
     """Predicted tokens per unit time over plain decoding, from the replayed rounds."""
     emitted, rounds = simulate_rounds(point["agree"], point["confidence"], k, threshold)
     cost = sum(m * draft_s + lat.full_pass(m + 1) for m in rounds)
-    return emitted * lat.full_pass(1) / cost if cost else 1.0
+    return emitted * lat.plain() / cost if cost else 1.0
 
 
 def frontier(

@@ -58,6 +58,9 @@ class LatencyModel:
     # In-context cost / isolated cost, from `in_context_costs` (1.0: isolated as measured).
     attn_scale: float = 1.0
     mlp_scale: float = 1.0
+    # Seconds per token of mlx-lm's plain decoding, which builds the next step's graph while
+    # the current one computes; 0: unmeasured, use one synchronous pass.
+    plain_token: float = 0.0
 
     def attention(self, context: float) -> float:
         if len(self.attn_contexts) >= 2:
@@ -67,6 +70,10 @@ class LatencyModel:
 
     def full_pass(self, k: int = 1) -> float:
         return self.verify_a + self.verify_b * k
+
+    def plain(self) -> float:
+        """The baseline a speculative round is compared with: one plain decoding token."""
+        return self.plain_token if self.plain_token > 0 else self.full_pass(1)
 
     def sublayer_costs(self, context: float) -> Dict[str, float]:
         return {"attention": self.attention(context), "mlp": self.mlp_scale * self.mlp}
@@ -103,40 +110,74 @@ def _fit_line(x, y):
     return float(a), float(b)
 
 
-def in_context_costs(parts, context: int, repeats: int) -> Dict:
-    """Per-sublayer costs inside a one-token forward at `context`: (full pass - pass with every
-    inner attention skipped) / inner layers, and the same for MLP. The three kinds of pass are
-    interleaved so that drift in machine speed hits them alike."""
+def passes_at_context(parts, context: int, verify_tokens: Sequence[int], repeats: int) -> Dict:
+    """At one context, round-robin: a full forward of k tokens for every k (the verify curve),
+    and one-token passes with every inner attention, or every inner MLP, skipped. Interleaving
+    makes drift in machine speed hit every kind alike, so their ratios hold.
+
+    Per-sublayer costs inside a real forward: (full - all inner attention skipped) / inner
+    layers, and the same for MLP.
+    """
     n = len(parts.layers)
     inner = range(1, n - 1)
-    plans = {"full": None,
-             "no_attention": SkipPlan(n, tuple((i, "attention") for i in inner)),
-             "no_mlp": SkipPlan(n, tuple((i, "mlp") for i in inner))}
+    kinds = {f"verify{k}": (k, None) for k in verify_tokens}
+    kinds["no_attention"] = (1, SkipPlan(n, tuple((i, "attention") for i in inner)))
+    kinds["no_mlp"] = (1, SkipPlan(n, tuple((i, "mlp") for i in inner)))
     cache = make_prompt_cache(parts.model)
     forward(parts, mx.arange(context)[None] % 100 + 1, cache)
     mx.eval([c.state for c in cache])
-    tok = mx.array([[5]])
 
-    def run(plan):
-        mx.eval(forward(parts, tok, cache, plan))
+    def run(k, plan):
+        mx.eval(forward(parts, mx.arange(k)[None] % 100 + 1, cache, plan))
         for c in cache:
             if c.offset > context:
                 c.trim(c.offset - context)
 
-    samples = {k: [] for k in plans}
-    for r in range(repeats + 5):
-        for k, plan in plans.items():
+    samples = {name: [] for name in kinds}
+    for r in range(repeats + 3):
+        for name, (k, plan) in kinds.items():
             t = time.perf_counter()
-            run(plan)
-            if r >= 5:
-                samples[k].append(time.perf_counter() - t)
-    med = {k: statistics.median(v) for k, v in samples.items()}
+            run(k, plan)
+            if r >= 3:
+                samples[name].append(time.perf_counter() - t)
+    med = {name: statistics.median(v) for name, v in samples.items()}
+    full = med["verify1"] if "verify1" in med else med[f"verify{min(verify_tokens)}"]
     return {
-        "context": context,
-        **{f"{k}_seconds": v for k, v in med.items()},
-        "attention_seconds": (med["full"] - med["no_attention"]) / max(n - 2, 1),
-        "mlp_seconds": (med["full"] - med["no_mlp"]) / max(n - 2, 1),
+        "verify_seconds": [med[f"verify{k}"] for k in verify_tokens],
+        "in_context": {
+            "context": context,
+            "full_seconds": full,
+            "no_attention_seconds": med["no_attention"],
+            "no_mlp_seconds": med["no_mlp"],
+            "attention_seconds": (full - med["no_attention"]) / max(n - 2, 1),
+            "mlp_seconds": (full - med["no_mlp"]) / max(n - 2, 1),
+        },
     }
+
+
+def plain_token_share(parts, context: int, tokens: int = 32, repeats: int = 5) -> float:
+    """mlx-lm's plain decoding, seconds per token, as a share of one synchronous one-token
+    pass timed right after it (alternating, median of the ratios). Plain decoding builds the
+    next step's graph while the current one computes, so this is below 1."""
+    from .generation import plain_stream, timed_generation
+
+    prompt = mx.arange(context, dtype=mx.uint32) % 100 + 1
+    timed_generation(lambda: plain_stream(parts.model, prompt, 8), context)
+    cache = make_prompt_cache(parts.model)
+    forward(parts, prompt[None], cache)
+    mx.eval([c.state for c in cache])
+    tok = mx.array([[5]])
+
+    def one_pass():
+        mx.eval(forward(parts, tok, cache))
+        for c in cache:
+            c.trim(1)
+
+    ratios = []
+    for _ in range(repeats):
+        g = timed_generation(lambda: plain_stream(parts.model, prompt, tokens), context)
+        ratios.append(g.decode_seconds / (len(g.tokens) - 1) / _time(one_pass, tokens, warmup=2))
+    return statistics.median(ratios)
 
 
 def _scale(in_context: float, isolated: float) -> float:
@@ -178,31 +219,21 @@ def profile_model(
     mlp_time = _time(lambda: mx.eval(blk.mlp(blk.post_attention_layernorm(x1))), repeats)
     fixed_time = _time(lambda: mx.eval(parts.head(parts.norm(parts.embed_tokens(mx.array([[1]]))))), repeats)
 
-    cache = make_prompt_cache(model)
-    model(mx.arange(verify_context)[None] % 100 + 1, cache=cache)
-    mx.eval([c.keys for c in cache])
-    verify_times = []
-    for k in verify_tokens:
-        toks = mx.arange(k)[None] % 100 + 1
-
-        def full_step():
-            mx.eval(model(toks, cache=cache))
-            for c in cache:
-                c.trim(k)
-
-        verify_times.append(_time(full_step, max(5, repeats // 3)))
+    at_ctx = passes_at_context(parts, verify_context, verify_tokens, max(10, repeats // 2))
+    verify_times, in_ctx = at_ctx["verify_seconds"], at_ctx["in_context"]
 
     attn_a, attn_b = _fit_line(contexts, attn_times)
     verify_a, verify_b = _fit_line(verify_tokens, verify_times)
     fit = LatencyModel(attn_a, max(attn_b, 0.0), mlp_time, fixed_time, verify_a, verify_b, len(parts.layers),
                        attn_min=min(attn_times), attn_contexts=tuple(float(c) for c in contexts),
                        attn_seconds=tuple(attn_times))
-    in_ctx = in_context_costs(parts, verify_context, max(10, repeats))
-    # As shares of the full pass timed alongside, so that drift between this and the verify
-    # timing cancels; the shares then apply to the verify curve's one-token pass.
+    # In-context costs are shares of the full pass timed among them; the shares apply to the
+    # fitted one-token pass, which is what the rest of the model is expressed against.
     share = fit.full_pass(1) / in_ctx["full_seconds"]
     fit.attn_scale = _scale(in_ctx["attention_seconds"] * share, fit.attention(verify_context))
     fit.mlp_scale = _scale(in_ctx["mlp_seconds"] * share, mlp_time)
+    plain_share = plain_token_share(parts, verify_context)
+    fit.plain_token = plain_share * fit.full_pass(1)
     return {
         "layer_profiled": min(layer, len(parts.layers) - 1),
         "contexts": list(contexts),
@@ -214,6 +245,7 @@ def profile_model(
         "verify_seconds": verify_times,
         "verify_ratio": [t / verify_times[0] for t in verify_times],
         "in_context": in_ctx,
+        "plain_token_share": plain_share,
         "fit": asdict(fit),
         "heldout": heldout_error(contexts, attn_times, verify_tokens, verify_times),
         "repeats": repeats,

@@ -27,6 +27,10 @@ from .strategies import SkipPlan
 DRAFT_LENGTHS = (1, 2, 3, 4, 6, 8)
 
 
+def draft_lengths(max_draft: int):
+    return [k for k in sorted(set(DRAFT_LENGTHS) | {max_draft}) if k <= max_draft]
+
+
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -38,10 +42,11 @@ def ranked_candidates(calibration: Dict, profile: Dict, max_draft: int, threshol
     for pt in calibration["points"]:
         if not pt["skipped_sublayers"]:
             continue
-        k, pred = max(((k, replayed_speedup(pt, k, pt["draft_seconds"], lat, threshold))
-                       for k in range(1, max_draft + 1)), key=lambda kv: kv[1])
+        by_k = {k: replayed_speedup(pt, k, pt["draft_seconds"], lat, threshold) for k in draft_lengths(max_draft)}
+        k = max(by_k, key=by_k.get)
         out.append({"budget": pt["budget"], "budget_fraction": pt["budget_fraction"],
-                    "skipped_sublayers": pt["skipped_sublayers"], "num_draft": k, "predicted_speedup": pred})
+                    "skipped_sublayers": pt["skipped_sublayers"], "num_draft": k, "predicted_speedup": by_k[k],
+                    "predicted_by_draft_length": by_k})
     return sorted(out, key=lambda c: -c["predicted_speedup"])
 
 
@@ -70,12 +75,13 @@ def run_search(model_path, prompt_set_path, calibration: Dict, profile: Dict, *,
         ratios = [r["selfspec"].decode_tps / r["plain"].decode_tps for r in records]
         med, ci = median_ci(ratios)
         drafted = sum(r["selfspec"].drafted for r in records)
-        row = {**cand, "num_draft": k, "measured_speedup": med, "measured_ci": ci,
+        row = {**cand, "num_draft": k, "predicted_speedup": cand["predicted_by_draft_length"][k],
+               "measured_speedup": med, "measured_ci": ci,
                "acceptance_rate": sum(r["selfspec"].accepted for r in records) / drafted if drafted else None,
                "identical_to_plain": all(first_divergence(r["selfspec"].tokens, r["plain"].tokens) is None
                                          for r in records)}
         measured.append(row)
-        _log(f"budget {cand['budget']} k={k}: predicted {cand['predicted_speedup']:.2f}x, measured {med:.2f}x "
+        _log(f"budget {cand['budget']} k={k}: predicted {row['predicted_speedup']:.2f}x, measured {med:.2f}x "
              f"[{ci[0]:.2f}, {ci[1]:.2f}], acceptance {row['acceptance_rate']}")
         return row
 
@@ -83,8 +89,8 @@ def run_search(model_path, prompt_set_path, calibration: Dict, profile: Dict, *,
         measure(cand, cand["num_draft"], warmup=1 if i == 0 else 0)
     if measured:
         best = max(measured, key=lambda r: r["measured_speedup"])
-        for k in DRAFT_LENGTHS:
-            if k <= max_draft and k != best["num_draft"]:
+        for k in draft_lengths(max_draft):
+            if k != best["num_draft"]:
                 measure(best, k, warmup=0)
     return {
         **cfg,

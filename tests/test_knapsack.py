@@ -153,10 +153,10 @@ def test_search_keeps_the_fastest_timed_draft_within_the_limits():
 def test_in_context_costs_rank_a_wide_mlp_above_attention():
     """Inside a real forward, a 32x-wide MLP costs more than attention over a short context,
     and the fitted model carries that ratio into the knapsack's weights."""
-    from selfspec.profile import in_context_costs
+    from selfspec.profile import passes_at_context
 
     model = build_model(make_args("llama", layers=6, hidden=128, vocab=300, intermediate_size=4096), seed=0)
-    ic = in_context_costs(model_parts(model), 16, repeats=30)
+    ic = passes_at_context(model_parts(model), 16, (1, 2), repeats=30)["in_context"]
     assert ic["mlp_seconds"] > ic["attention_seconds"]
     assert ic["no_mlp_seconds"] < ic["full_seconds"]
     prof = profile_model(model, contexts=(16, 64, 256), repeats=10, verify_tokens=(1, 2, 3), verify_context=16)
