@@ -201,21 +201,29 @@ def profile_model(
     attn = blk.self_attn
     kv_width = attn.k_proj(x1).shape[-1]
     head_dim = kv_width // attn.n_kv_heads
-    attn_times = []
-    # The first pass compiles and allocates; time nothing until every shape has run once.
-    for n in list(contexts)[:1] + list(contexts):
+    caches = []
+    for n in contexts:
         cache = KVCache()
         # n random cached positions: attention reads them all, whatever their values.
         shape = (1, attn.n_kv_heads, n, head_dim)
         cache.update_and_fetch(mx.random.normal(shape).astype(x1.dtype), mx.random.normal(shape).astype(x1.dtype))
         mx.eval(cache.keys, cache.values)
+        caches.append(cache)
 
-        def attn_step():
-            mx.eval(blk.self_attn(blk.input_layernorm(x1), None, cache))
-            cache.trim(1)
+    def attn_step(cache):
+        mx.eval(blk.self_attn(blk.input_layernorm(x1), None, cache))
+        cache.trim(1)
 
-        attn_times.append(_time(attn_step, repeats))
-    attn_times = attn_times[1:]
+    # Round-robin over the contexts, so that drift in machine speed bends no part of the curve;
+    # the first rounds compile and allocate every shape and are not timed.
+    samples = [[] for _ in contexts]
+    for r in range(repeats + 5):
+        for i, cache in enumerate(caches):
+            t = time.perf_counter()
+            attn_step(cache)
+            if r >= 5:
+                samples[i].append(time.perf_counter() - t)
+    attn_times = [statistics.median(v) for v in samples]
     mlp_time = _time(lambda: mx.eval(blk.mlp(blk.post_attention_layernorm(x1))), repeats)
     fixed_time = _time(lambda: mx.eval(parts.head(parts.norm(parts.embed_tokens(mx.array([[1]]))))), repeats)
 

@@ -1,10 +1,10 @@
 """`search`: choose the draft by timing it, in the manner of SWIFT and Draft & Verify.
 
 `knapsack` predicts speed from the latency profile; `search` measures it. Candidates are
-the knapsack frontier's drafts, one per budget, ranked by their replayed prediction; the
-best `candidates` of them are timed with our loop against plain decoding on the
-calibration prompts (paired and alternating, as the cells are), then the fastest is timed
-again at other draft lengths. A cell takes the fastest measured candidate within its skip
+the knapsack frontier's drafts, one per budget, at their best replayed prediction; the
+frontier is cut into `candidates` budget ranges and the best-predicted draft of each is
+timed with our loop against plain decoding on the calibration prompts (paired and
+alternating, as the cells are), then the fastest is timed again at other draft lengths. A cell takes the fastest measured candidate within its skip
 fraction and draft length. Calibration prompts are never the evaluation prompts, so a
 cell's number is not the one its draft was picked on.
 """
@@ -50,6 +50,15 @@ def ranked_candidates(calibration: Dict, profile: Dict, max_draft: int, threshol
     return sorted(out, key=lambda c: -c["predicted_speedup"])
 
 
+def spread(ranked: List[Dict], count: int) -> List[Dict]:
+    """The best-predicted draft in each of `count` budget ranges (equal numbers of frontier
+    points), best first: every skip-fraction limit then has timed drafts near it."""
+    by_budget = sorted(ranked, key=lambda c: c["budget"])
+    size = -(-len(by_budget) // max(count, 1))
+    picks = [max(by_budget[i:i + size], key=lambda c: c["predicted_speedup"]) for i in range(0, len(by_budget), size)]
+    return sorted(picks, key=lambda c: -c["predicted_speedup"])
+
+
 def run_search(model_path, prompt_set_path, calibration: Dict, profile: Dict, *, model_name: str, max_tokens: int,
                max_draft: int, threshold: Optional[float], candidates: int = 6, repeats: int = 1) -> Dict:
     cfg = {"model": model_name, "prompt_set": str(prompt_set_path).rsplit("/", 1)[-1], "max_tokens": max_tokens,
@@ -85,7 +94,7 @@ def run_search(model_path, prompt_set_path, calibration: Dict, profile: Dict, *,
              f"[{ci[0]:.2f}, {ci[1]:.2f}], acceptance {row['acceptance_rate']}")
         return row
 
-    for i, cand in enumerate(ranked[:candidates]):
+    for i, cand in enumerate(spread(ranked, candidates)):
         measure(cand, cand["num_draft"], warmup=1 if i == 0 else 0)
     if measured:
         best = max(measured, key=lambda r: r["measured_speedup"])

@@ -83,12 +83,12 @@ def test_predicted_speedup_formula():
 
 
 def test_profile_fit_predicts_heldout_points():
-    """Points left out of the fit are predicted within 50% (a stated bound for a noisy shared
-    2-core CPU; each profile records its own held-out error)."""
+    """Points left out of the fit are predicted within 25% (a stated bound for a noisy shared
+    2-core CPU, where round-robin timing keeps it near 5%; each profile records its own)."""
     model = build_model(make_args("llama", layers=4, hidden=128, vocab=300), seed=0)
     prof = profile_model(model, contexts=(512, 1024, 2048, 4096, 8192), repeats=25, verify_tokens=(1, 2, 3, 4, 5, 6))
-    assert prof["heldout"]["attention_max_rel_error"] < 0.5
-    assert prof["heldout"]["verify_max_rel_error"] < 0.5
+    assert prof["heldout"]["attention_max_rel_error"] < 0.25
+    assert prof["heldout"]["verify_max_rel_error"] < 0.25
     assert len(prof["verify_ratio"]) == 6 and prof["verify_ratio"][0] == 1.0
 
 
@@ -165,3 +165,12 @@ def test_in_context_costs_rank_a_wide_mlp_above_attention():
     ic = prof["in_context"]
     share = LatencyModel.from_dict(prof["fit"]).full_pass(1) / ic["full_seconds"]
     assert costs["mlp"] == pytest.approx(ic["mlp_seconds"] * share, rel=1e-6)
+
+
+def test_search_spreads_its_candidates_over_the_budgets():
+    from selfspec.search import spread
+
+    ranked = [{"budget": b, "predicted_speedup": 1.0 + (b % 5) / 10} for b in range(1, 21)]
+    picks = spread(ranked, 4)
+    assert [p["budget"] for p in picks] == [4, 9, 14, 19]
+    assert len(spread(ranked, 100)) == 20 and len(spread(ranked[:3], 6)) == 3

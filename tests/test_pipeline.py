@@ -71,7 +71,8 @@ def test_every_cell_is_written_lossless_and_complete(run):
         assert c["n_layers"] == 6
         if c["strategy"] in ("knapsack", "auto", "search"):
             assert c["engine"] == "ours" and p.name.endswith("_ours.json")
-            assert c["predicted_speedup"] is not None
+            # search falls back only when it timed no draft within the cell's limits.
+            assert c["predicted_speedup"] is not None or (c["strategy"] == "search" and c["fallback"])
             layers = {r["layer"] for r in c["skipped_sublayers"]}
             assert 0 not in layers and 5 not in layers
             if c["fallback"]:
