@@ -18,7 +18,9 @@ rule aggregate:
 
 rule plot_selfspec:
     input:
-        "results/tables/selfspec_sweep.csv",
+        table="results/tables/selfspec_sweep.csv",
+        # The break-even curves use each model's measured verify cost.
+        profiles=get_profiles,
     output:
         heatmap="results/plots/selfspec_heatmap.png",
         curve="results/plots/selfspec_vs_skip.png",

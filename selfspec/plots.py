@@ -1,5 +1,7 @@
 """Figures of the sweep, drawn from the sweep table (not from the cells)."""
 
+from typing import Dict, Optional
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -89,32 +91,54 @@ def speedup_vs_skip(df: pd.DataFrame, out) -> None:
     plt.close(g.figure)
 
 
-def acceptance_vs_cost(df: pd.DataFrame, out) -> None:
+def _break_even(c: np.ndarray, k: int, plain: float = 1.0, verify: float = 1.0) -> np.ndarray:
+    """Acceptance at which k drafts of cost c (per full pass) break even, with i.i.d.
+    acceptance: (1 - a^(k+1)) / (1 - a) * plain = k c + verify, solved for a on a grid.
+    `plain` and `verify` are a plain token and a (k+1)-token pass, per full pass."""
+    a = np.linspace(0.0, 0.999, 400)
+    gain = (1 - a[None, :] ** (k + 1)) / (1 - a[None, :]) * plain / (k * c[:, None] + verify)
+    return np.array([a[np.argmax(row >= 1.0)] if (row >= 1.0).any() else np.nan for row in gain])
+
+
+def acceptance_vs_cost(df: pd.DataFrame, out, latency: Optional[Dict] = None) -> None:
     """Acceptance against predicted draft cost for every strategy: the frontier a draft must
-    cross to win. Dashed: the acceptance at which k drafts break even, if verifying k+1
-    tokens cost the same as one (the best case; real verify curves make it harder)."""
+    cross to win. Grey: the acceptance at which k drafts break even, with the model's measured
+    verify curve and plain-decoding cost where `latency` ({model: LatencyModel}) has them,
+    else as if verifying k+1 tokens cost one pass (the best case)."""
     sns.set_theme(style="ticks")
+    latency = latency or {}
     d = df[~df.fallback.astype(bool)] if "fallback" in df else df
     d = d.dropna(subset=["draft_cost_ratio"])
     ncol = max(1, df.model.nunique())
     fig, axes = plt.subplots(1, ncol, figsize=(5.2 * ncol, 4.4), squeeze=False)
     c = np.linspace(0.05, 1.0, 60)
+    hue_order = sorted(d.strategy.unique())
+    style_order = sorted(d.engine.unique())
+    # One legend, on the panel that shows the most strategies.
+    legend_model = d.groupby("model").strategy.nunique().idxmax() if len(d) else None
     for ax, (model, g) in zip(axes[0], df.groupby("model")):
         gd = d[d.model == model]
         if len(gd):
             sns.scatterplot(data=gd, x="draft_cost_ratio", y="acceptance_rate", hue="strategy", style="engine",
-                            size="speedup", sizes=(30, 200), ax=ax, legend=ax is axes[0][-1])
+                            hue_order=hue_order, style_order=style_order, size="speedup", sizes=(30, 200), ax=ax,
+                            legend=model == legend_model)
+        lat = latency.get(model)
         for k, ls in ((1, ":"), (3, "--")):
-            # speedup = (1 - a^(k+1)) / ((1 - a)(k c + 1)) = 1, solved for a numerically.
-            a = np.linspace(0.0, 0.999, 400)
-            gain = (1 - a[None, :] ** (k + 1)) / ((1 - a[None, :]) * (k * c[:, None] + 1))
-            be = [a[np.argmax(row >= 1.0)] if (row >= 1.0).any() else np.nan for row in gain]
+            if lat is None:
+                be = _break_even(c, k)
+            else:
+                one = lat.full_pass(1)
+                be = _break_even(c, k, lat.plain() / one, lat.full_pass(k + 1) / one)
             ax.plot(c, be, color="grey", ls=ls, lw=1, label=f"break-even, k={k}")
+        basis = "measured verify cost" if lat is not None else "verify cost as if flat"
         ax.set(xlim=(0, 1.02), ylim=(0, 1.02), xlabel="draft cost / full-model cost (profiled)",
-               ylabel="acceptance rate", title=model)
-    if axes[0][-1].get_legend() is not None:
-        sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
-    fig.suptitle("Acceptance against draft cost, by strategy (grey: break-even for k=1 dotted, k=3 dashed, if verify cost were flat)", fontsize=10)
+               ylabel="acceptance rate", title=f"{model} ({basis})")
+        if model == legend_model and ax.get_legend() is not None:
+            handles, labels = ax.get_legend_handles_labels()
+            ax.get_legend().remove()
+            axes[0][-1].legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
+    fig.suptitle("Acceptance against draft cost, by strategy (grey: break-even for k=1 dotted, k=3 dashed; "
+                 "where a curve is missing, no acceptance breaks even)", fontsize=10)
     _save(fig, out)
 
 
