@@ -52,6 +52,9 @@ rule calibrate_model:
         "../scripts/calibrate_model.py"
 
 
+SEARCH = config.get("search", {})
+
+
 rule search_model:
     input:
         model=get_model_dir,
@@ -65,9 +68,9 @@ rule search_model:
     params:
         max_tokens=config["selfspec"].get("calibration_tokens", 64),
         threshold=config["selfspec"].get("draft_threshold"),
-        candidates=config.get("search", {}).get("candidates", 6),
-        max_draft=config.get("search", {}).get("max_draft", 6),
-        repeats=config.get("search", {}).get("repeats", 1),
+        candidates=SEARCH.get("candidates", 6),
+        max_draft=SEARCH.get("max_draft", 6),
+        repeats=SEARCH.get("repeats", 1),
     resources:
         timing=1,
     script:

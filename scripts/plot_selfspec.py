@@ -9,7 +9,8 @@ from selfspec.plots import acceptance_vs_cost, speedup_heatmap, speedup_vs_skip
 from selfspec.profile import LatencyModel
 
 df = pd.read_csv(snakemake.input.table)
-latency = {json.load(open(f))["model"]: LatencyModel.from_dict(json.load(open(f))["fit"]) for f in snakemake.input.profiles}
+profiles = [json.load(open(f)) for f in snakemake.input.profiles]
+latency = {p["model"]: LatencyModel.from_dict(p["fit"]) for p in profiles}
 speedup_heatmap(df, snakemake.output.heatmap)
 speedup_vs_skip(df, snakemake.output.curve)
 acceptance_vs_cost(df, snakemake.output.frontier, latency)

@@ -93,11 +93,14 @@ def simulate_rounds(agree: List[List[int]], confidence: List[List[float]], k: in
     return emitted, rounds
 
 
-def replayed_speedup(point: Dict, k: int, draft_s: float, lat: LatencyModel,
-                     threshold: Optional[float] = None) -> float:
-    """Predicted tokens per unit time over plain decoding, from the replayed rounds."""
+def point_speedup(point: Dict, k: int, lat: LatencyModel, threshold: Optional[float] = None) -> float:
+    """Predicted tokens per unit time over plain decoding for a frontier draft at draft length
+    k: from its replayed rounds, or from the i.i.d. formula for a calibration that kept no
+    per-position record."""
+    if "agree" not in point:
+        return predicted_speedup(point["agreement"], k, point["draft_seconds"], lat)
     emitted, rounds = simulate_rounds(point["agree"], point["confidence"], k, threshold)
-    cost = sum(m * draft_s + lat.full_pass(m + 1) for m in rounds)
+    cost = sum(m * point["draft_seconds"] + lat.full_pass(m + 1) for m in rounds)
     return emitted * lat.plain() / cost if cost else 1.0
 
 
@@ -214,10 +217,7 @@ def choose(front: Dict, lat: LatencyModel, max_fraction: float, max_draft: int,
         if pt["budget_fraction"] > max_fraction + 1e-9 or not pt["skipped_sublayers"]:
             continue
         for k in range(1, max_draft + 1):
-            if "agree" in pt:
-                s = replayed_speedup(pt, k, pt["draft_seconds"], lat, threshold)
-            else:
-                s = predicted_speedup(pt["agreement"], k, pt["draft_seconds"], lat)
+            s = point_speedup(pt, k, lat, threshold)
             if best["point"] is None or s > best["predicted_speedup"]:
                 best = {"predicted_speedup": s, "num_draft": k, "point": pt}
     return best

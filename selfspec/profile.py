@@ -92,6 +92,19 @@ class LatencyModel:
         return cls(**kw)
 
 
+def _round_robin(fns: Dict, repeats: int, warmup: int = 3) -> Dict:
+    """Median seconds of each fn(), timed in turn round after round, so that drift in machine
+    speed hits them all alike; the first `warmup` rounds (compiling, allocating) are not kept."""
+    samples = {name: [] for name in fns}
+    for r in range(warmup + repeats):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            if r >= warmup:
+                samples[name].append(time.perf_counter() - t)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
 def interpolate(xs, ys, x: float) -> float:
     """Piecewise-linear through (xs, ys); the end segments extend beyond them, never below min(ys)."""
     xs, ys = np.asarray(xs, float), np.asarray(ys, float)
@@ -120,30 +133,26 @@ def passes_at_context(parts, context: int, verify_tokens: Sequence[int], repeats
     """
     n = len(parts.layers)
     inner = range(1, n - 1)
-    kinds = {f"verify{k}": (k, None) for k in verify_tokens}
-    kinds["no_attention"] = (1, SkipPlan(n, tuple((i, "attention") for i in inner)))
-    kinds["no_mlp"] = (1, SkipPlan(n, tuple((i, "mlp") for i in inner)))
     cache = make_prompt_cache(parts.model)
     forward(parts, mx.arange(context)[None] % 100 + 1, cache)
     mx.eval([c.state for c in cache])
 
-    def run(k, plan):
-        mx.eval(forward(parts, mx.arange(k)[None] % 100 + 1, cache, plan))
-        for c in cache:
-            if c.offset > context:
-                c.trim(c.offset - context)
+    def run(k, plan=None):
+        def f():
+            mx.eval(forward(parts, mx.arange(k)[None] % 100 + 1, cache, plan))
+            for c in cache:
+                if c.offset > context:
+                    c.trim(c.offset - context)
+        return f
 
-    samples = {name: [] for name in kinds}
-    for r in range(repeats + 3):
-        for name, (k, plan) in kinds.items():
-            t = time.perf_counter()
-            run(k, plan)
-            if r >= 3:
-                samples[name].append(time.perf_counter() - t)
-    med = {name: statistics.median(v) for name, v in samples.items()}
-    full = med["verify1"] if "verify1" in med else med[f"verify{min(verify_tokens)}"]
+    # Full passes are keyed by their token count; the one-token pass is always among them.
+    passes = {k: run(k) for k in sorted(set(verify_tokens) | {1})}
+    passes["no_attention"] = run(1, SkipPlan(n, tuple((i, "attention") for i in inner)))
+    passes["no_mlp"] = run(1, SkipPlan(n, tuple((i, "mlp") for i in inner)))
+    med = _round_robin(passes, repeats)
+    full = med[1]
     return {
-        "verify_seconds": [med[f"verify{k}"] for k in verify_tokens],
+        "verify_seconds": [med[k] for k in verify_tokens],
         "in_context": {
             "context": context,
             "full_seconds": full,
@@ -211,19 +220,14 @@ def profile_model(
         caches.append(cache)
 
     def attn_step(cache):
-        mx.eval(blk.self_attn(blk.input_layernorm(x1), None, cache))
-        cache.trim(1)
+        def f():
+            mx.eval(blk.self_attn(blk.input_layernorm(x1), None, cache))
+            cache.trim(1)
+        return f
 
-    # Round-robin over the contexts, so that drift in machine speed bends no part of the curve;
-    # the first rounds compile and allocate every shape and are not timed.
-    samples = [[] for _ in contexts]
-    for r in range(repeats + 5):
-        for i, cache in enumerate(caches):
-            t = time.perf_counter()
-            attn_step(cache)
-            if r >= 5:
-                samples[i].append(time.perf_counter() - t)
-    attn_times = [statistics.median(v) for v in samples]
+    # Round-robin over the contexts, so that drift in machine speed bends no part of the curve.
+    med = _round_robin({i: attn_step(cache) for i, cache in enumerate(caches)}, repeats, warmup=5)
+    attn_times = [med[i] for i in range(len(caches))]
     mlp_time = _time(lambda: mx.eval(blk.mlp(blk.post_attention_layernorm(x1))), repeats)
     fixed_time = _time(lambda: mx.eval(parts.head(parts.norm(parts.embed_tokens(mx.array([[1]]))))), repeats)
 

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 
 from .environment import environment
 from .generation import plain_stream
-from .knapsack import replayed_speedup
+from .knapsack import point_speedup
 from .loop import selfspec_loop
 from .measure import first_divergence, paired_runs
 from .models import load, model_parts
@@ -42,7 +42,7 @@ def ranked_candidates(calibration: Dict, profile: Dict, max_draft: int, threshol
     for pt in calibration["points"]:
         if not pt["skipped_sublayers"]:
             continue
-        by_k = {k: replayed_speedup(pt, k, pt["draft_seconds"], lat, threshold) for k in draft_lengths(max_draft)}
+        by_k = {k: point_speedup(pt, k, lat, threshold) for k in draft_lengths(max_draft)}
         k = max(by_k, key=by_k.get)
         out.append({"budget": pt["budget"], "budget_fraction": pt["budget_fraction"],
                     "skipped_sublayers": pt["skipped_sublayers"], "num_draft": k, "predicted_speedup": by_k[k],
