@@ -36,6 +36,23 @@ def grid_for(strategy):
     drafts = [str(k) for k in own.get("draft_lengths", s["draft_lengths"])]
     return models, engines, skips, drafts
 
+
+def grid_cells(strategy):
+    """(model, engine, skip, draft) of one strategy's cells; selfspec.per_model.<model> narrows
+    a model's strategies and replaces its engines, skip fractions or draft lengths."""
+    models, engines, skips, drafts = grid_for(strategy)
+    out = []
+    for m in models:
+        own = config["selfspec"].get("per_model", {}).get(m, {})
+        if strategy not in own.get("strategies", [strategy]):
+            continue
+        e = own.get("engines", engines)
+        sk = [format_skip(f) for f in own["skip_fractions"]] if "skip_fractions" in own else skips
+        d = [str(k) for k in own["draft_lengths"]] if "draft_lengths" in own else drafts
+        out += [(m, ee, f, k) for ee in e for f in sk for k in d]
+    return out
+
+
 PROMPT_SET = config["selfspec"]["prompt_set"]
 # Prompt sets ship with the workflow, so they resolve from it even under --directory.
 PROMPTS_DIR = Path(workflow.basedir) / "config" / "prompts"
@@ -64,6 +81,10 @@ def get_model_source(wildcards):
 
 def get_model_quantize(wildcards):
     return config["models"][wildcards.model].get("quantize")
+
+
+def get_model_dtype(wildcards):
+    return config["models"][wildcards.model].get("dtype")
 
 
 def get_model_dir(wildcards):
@@ -110,11 +131,14 @@ def cell_path(model, strategy, engine, skip, draft):
 
 
 def get_cells(wildcards=None):
-    cells = []
-    for st in STRATEGIES:
-        models, engines, skips, drafts = grid_for(st)
-        cells += [cell_path(m, st, e, sk, d) for m in models for e in engines for sk in skips for d in drafts]
-    return cells
+    return [cell_path(m, st, e, sk, d) for st in STRATEGIES for m, e, sk, d in grid_cells(st)]
+
+
+# Models with a latency profile: those that run knapsack/auto/search, and any profile.models.
+PROFILED_MODELS = sorted(
+    {m for st in STRATEGIES if st in ADAPTIVE for m, *_ in grid_cells(st)}
+    | set(config.get("profile", {}).get("models", []))
+)
 
 
 def get_bench_model(wildcards):
@@ -129,7 +153,7 @@ def get_final_output():
         "results/plots/selfspec_heatmap.png",
         "results/plots/selfspec_vs_skip.png",
         "results/plots/acceptance_vs_cost.png",
-    ] + [f"results/plots/profile_{m}.png" for m in GRID_MODELS] + (
+    ] + [f"results/plots/profile_{m}.png" for m in PROFILED_MODELS] + (
         ["results/plots/sublayer_map.png", "results/plots/predicted_vs_measured.png"]
         if any(s in ADAPTIVE for s in STRATEGIES)
         else []
@@ -164,7 +188,7 @@ def get_cell_inputs(wildcards):
 
 
 def get_profiles(wildcards=None):
-    return [f"results/profile/{m}.json" for m in GRID_MODELS]
+    return [f"results/profile/{m}.json" for m in PROFILED_MODELS]
 
 
 SPECDEC = config.get("specdec")
@@ -192,7 +216,7 @@ def get_specdec_cells(wildcards=None):
 def get_quality_files(wildcards=None):
     if not QUALITY:
         return []
-    targets = sorted(set(GRID_MODELS) | {p["target"] for p in (SPECDEC or {}).get("pairs", [])})
+    targets = QUALITY.get("models") or sorted(set(GRID_MODELS) | {p["target"] for p in (SPECDEC or {}).get("pairs", [])})
     return [f"results/quality/{m}/{QUALITY['question_set']}.json" for m in targets]
 
 

