@@ -82,3 +82,101 @@ def write_model_dir(out: Path, arch: str = "llama", layers: int = 6, seed: int =
     mx.save_safetensors(str(out / "model.safetensors"), dict(tree_flatten(model.parameters())), metadata={"format": "mlx"})
     (out / "config.json").write_text(json.dumps(cfg, indent=1))
     return out
+
+
+# llama.cpp's GGUF names for mlx-lm's llama modules.
+GGUF_BLOCK = {
+    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+}
+
+
+def llama_cpp_permute(w, n_head: int):
+    """Q/K rows reordered as llama.cpp's converter writes them (rotary pairs made adjacent)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_gguf(model_dir: Path, out: Path, quant: Optional[Dict[str, str]] = None, chat_template: str = None) -> Path:
+    """A GGUF file of an HF-layout llama directory (from write_model_dir), written as llama.cpp
+    does: its names, metadata, byte-level BPE tokenizer, and Q/K rows permuted.
+
+    quant: {substring of the GGUF tensor name: 'Q8_0' | 'Q4_1'} quantizes matching matrices with
+    the gguf package's own quantizers; everything else is F32.
+    """
+    import gguf
+    import numpy as np
+
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    tok = json.loads((Path(model_dir) / "tokenizer.json").read_text())
+    weights = {k: np.array(v.astype(mx.float32)) for k, v in mx.load(str(Path(model_dir) / "model.safetensors")).items()}
+    w = gguf.GGUFWriter(str(out), "llama")
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(512)
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_rope_freq_base(cfg["rope_theta"])
+    w.add_vocab_size(cfg["vocab_size"])
+    vocab = tok["model"]["vocab"]
+    vocab.update({t["content"]: t["id"] for t in tok["added_tokens"]})
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    special = {t["id"] for t in tok["added_tokens"]}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if i in special else 1 for i in range(len(tokens))])
+    w.add_token_merges(merges)
+    w.add_eos_token_id(cfg["eos_token_id"])
+    w.add_bos_token_id(cfg["bos_token_id"])
+    if chat_template:
+        w.add_chat_template(chat_template)
+    heads = {"attn_q": cfg["num_attention_heads"], "attn_k": cfg["num_key_value_heads"]}
+    for name, arr in weights.items():
+        if name.startswith("model.layers."):
+            _, _, i, rest = name.split(".", 3)
+            module, suffix = rest.rsplit(".", 1)
+            gname = f"blk.{i}.{GGUF_BLOCK[module]}.{suffix}"
+        else:
+            gname = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+                     "lm_head.weight": "output.weight"}[name]
+        kind = gname.split(".")[-2]
+        if kind in heads:
+            arr = llama_cpp_permute(arr, heads[kind])
+        qtype = next((q for key, q in (quant or {}).items() if key in gname), None) if arr.ndim == 2 else None
+        if qtype:
+            t = getattr(gguf.GGMLQuantizationType, qtype)
+            w.add_tensor(gname, gguf.quants.quantize(arr, t), raw_dtype=t)
+        else:
+            w.add_tensor(gname, arr.astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+def dequantized_copy(model_dir: Path, out: Path, quant: Dict[str, str]) -> Path:
+    """The HF-layout model with each matrix that write_gguf quantizes replaced by the gguf package's
+    own round trip (quantize, then dequantize): what a quantized GGUF of it holds."""
+    import gguf
+    import numpy as np
+    import shutil
+
+    shutil.copytree(model_dir, out)
+    weights = mx.load(str(Path(model_dir) / "model.safetensors"))
+    for name, v in weights.items():
+        gname = name
+        for module, g in GGUF_BLOCK.items():
+            gname = gname.replace(module, g)
+        gname = gname.replace("embed_tokens", "token_embd").replace("lm_head", "output")
+        qtype = next((q for key, q in quant.items() if key in gname), None) if v.ndim == 2 else None
+        if qtype:
+            t = getattr(gguf.GGMLQuantizationType, qtype)
+            a = np.array(v.astype(mx.float32))
+            weights[name] = mx.array(gguf.quants.dequantize(gguf.quants.quantize(a, t), t).reshape(a.shape))
+    mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
+    return out
