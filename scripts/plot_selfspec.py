@@ -6,7 +6,7 @@ sys.stderr = open(snakemake.log[0], "w")
 import pandas as pd
 
 from selfspec.plots import acceptance_vs_cost, speedup_heatmap, speedup_vs_skip
-from selfspec.profile import LatencyModel
+from selfspec.latency import LatencyModel
 
 df = pd.read_csv(snakemake.input.table)
 profiles = [json.load(open(f)) for f in snakemake.input.profiles]

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Tuple
 import mlx.core as mx
 
 from .models import ModelParts
-from .profile import LatencyModel
+from .latency import LatencyModel
 
 SIM_THRESHOLD = 0.5  # KnapSpec prunes states whose mean cosine falls below this
 MAX_DRAFT = 8

@@ -1,11 +1,16 @@
-"""Loading models and reaching the pieces a layer-skip engine needs."""
+"""Loading models and reaching the pieces a layer-skip engine needs.
+
+MLX is imported only where a model is loaded: the config checks read layer counts from here
+at parse time.
+"""
+
+from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
-import mlx.nn as nn
 
 # Families whose blocks are pre-norm `x + attn(norm(x))`, `h + mlp(norm(h))` over
 # `model.model.layers`, with embeddings unscaled: a skipped sublayer is exactly the identity.
@@ -20,10 +25,10 @@ class UnsupportedModelError(ValueError):
 class ModelParts:
     """The pieces of a decoder-only model, shared (never copied) with any draft."""
 
-    model: nn.Module
-    embed_tokens: nn.Module
-    layers: List[nn.Module]
-    norm: nn.Module
+    model: "nn.Module"
+    embed_tokens: "nn.Module"
+    layers: List["nn.Module"]
+    norm: "nn.Module"
     model_type: str
 
     def head(self, h):

@@ -14,14 +14,15 @@ full pass scale the isolated curves to what the sublayers cost in context.
 
 import statistics
 import time
-from dataclasses import asdict, dataclass
-from typing import Dict, Sequence, Tuple
+from dataclasses import asdict
+from typing import Dict, Sequence
 
 import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from .forward import forward
+from .latency import LatencyModel, interpolate
 from .models import model_parts
 from .strategies import SkipPlan
 
@@ -38,60 +39,6 @@ def _time(fn, repeats: int, warmup: int = 5) -> float:
     return statistics.median(samples)
 
 
-@dataclass
-class LatencyModel:
-    """Fitted costs in seconds. Attention at context n: piecewise-linear through the
-    measured points (memory hierarchy effects make one line a poor fit on CPUs), linear
-    beyond them; attn_a + attn_b * n is the least-squares line, reported for reference.
-    MLP: constant. One full pass of k tokens: verify_a + verify_b * k."""
-
-    attn_a: float
-    attn_b: float
-    mlp: float
-    fixed: float
-    verify_a: float
-    verify_b: float
-    n_layers: int
-    attn_min: float = 0.0
-    attn_contexts: Tuple[float, ...] = ()
-    attn_seconds: Tuple[float, ...] = ()
-    # In-context cost / isolated cost, from `in_context_costs` (1.0: isolated as measured).
-    attn_scale: float = 1.0
-    mlp_scale: float = 1.0
-    # Seconds per token of mlx-lm's plain decoding, which builds the next step's graph while
-    # the current one computes; 0: unmeasured, use one synchronous pass.
-    plain_token: float = 0.0
-
-    def attention(self, context: float) -> float:
-        if len(self.attn_contexts) >= 2:
-            return self.attn_scale * interpolate(self.attn_contexts, self.attn_seconds, context)
-        # A noisy fit must never make a sublayer free or negative.
-        return self.attn_scale * max(self.attn_a + self.attn_b * context, self.attn_min)
-
-    def full_pass(self, k: int = 1) -> float:
-        return self.verify_a + self.verify_b * k
-
-    def plain(self) -> float:
-        """The baseline a speculative round is compared with: one plain decoding token."""
-        return self.plain_token if self.plain_token > 0 else self.full_pass(1)
-
-    def sublayer_costs(self, context: float) -> Dict[str, float]:
-        return {"attention": self.attention(context), "mlp": self.mlp_scale * self.mlp}
-
-    def draft_pass(self, skipped: Sequence, context: float) -> float:
-        """One draft token's cost: a full single-token pass minus the skipped sublayers."""
-        costs = self.sublayer_costs(context)
-        saved = sum(costs[part] for _, part in skipped)
-        return max(self.full_pass(1) - saved, self.fixed)
-
-    @classmethod
-    def from_dict(cls, d: Dict) -> "LatencyModel":
-        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        for k in ("attn_contexts", "attn_seconds"):
-            kw[k] = tuple(kw.get(k, ()))
-        return cls(**kw)
-
-
 def _round_robin(fns: Dict, repeats: int, warmup: int = 3) -> Dict:
     """Median seconds of each fn(), timed in turn round after round, so that drift in machine
     speed hits them all alike; the first `warmup` rounds (compiling, allocating) are not kept."""
@@ -103,19 +50,6 @@ def _round_robin(fns: Dict, repeats: int, warmup: int = 3) -> Dict:
             if r >= warmup:
                 samples[name].append(time.perf_counter() - t)
     return {name: statistics.median(v) for name, v in samples.items()}
-
-
-def interpolate(xs, ys, x: float) -> float:
-    """Piecewise-linear through (xs, ys); the end segments extend beyond them, never below min(ys)."""
-    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
-    if x <= xs[0]:
-        i = 0
-    elif x >= xs[-1]:
-        i = len(xs) - 2
-    else:
-        return float(np.interp(x, xs, ys))
-    slope = (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])
-    return float(max(ys[i] + slope * (x - xs[i]), ys.min() if x < xs[0] else ys[i + 1]))
 
 
 def _fit_line(x, y):

@@ -43,7 +43,7 @@ def draft_cost_ratio(cell: dict, profile: Optional[dict]) -> float:
     at the cell's mean context length."""
     if profile is None:
         return float("nan")
-    from .profile import LatencyModel
+    from .latency import LatencyModel
 
     lat = LatencyModel.from_dict(profile["fit"])
     pp = cell["per_prompt"]

@@ -19,7 +19,7 @@ from .knapsack import point_speedup
 from .loop import selfspec_loop
 from .measure import first_divergence, paired_runs
 from .models import load, model_parts
-from .profile import LatencyModel
+from .latency import LatencyModel
 from .prompts import encoded_prompts, eos_ids
 from .stats import median_ci
 from .strategies import SkipPlan
