@@ -83,9 +83,11 @@ def mlx_lm_selfspec_stream(
 
 
 def timed_generation(
-    make_stream: Callable[[], TokenStream], prompt_tokens: int, eos_ids: Iterable[int] = ()
+    make_stream: Callable[[], TokenStream], prompt_tokens: int, eos_ids: Iterable[int] = (),
+    limit: Optional[int] = None,
 ) -> GenerationStats:
-    """Run a stream until it ends or emits an EOS token (kept), timing it."""
+    """Run a stream until it ends, emits an EOS token (kept) or has emitted `limit` tokens,
+    timing it."""
     eos = set(eos_ids)
     tokens: List[int] = []
     drafted = accepted = verify_steps = 0
@@ -101,7 +103,7 @@ def timed_generation(
             drafted += round_drafted
         accepted += from_draft
         tokens.append(tok)
-        if tok in eos:
+        if tok in eos or len(tokens) == limit:
             break
     t_end = time.perf_counter()
     t_first = t_first or t_end

@@ -13,6 +13,8 @@ import mlx.core as mx
 from .generation import GenerationStats, TokenStream, timed_generation
 from .stats import median_ci
 
+WARMUP_TOKENS = 8
+
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> Optional[int]:
     """Index of the first differing token, or None if the sequences are equal."""
@@ -55,9 +57,11 @@ def paired_runs(
     """
     arrays = {p["id"]: mx.array(p["tokens"], dtype=mx.uint32) for p in prompts}
     first = prompts[0]
+    # Warm-up pays the one-off costs (weights paged in from disk, first allocations, prompt
+    # and multi-token passes); a few tokens of each kind do that.
     for _ in range(warmup):
         for make in (plain, candidate):
-            timed_generation(lambda: make(arrays[first["id"]]), len(first["tokens"]), eos_ids)
+            timed_generation(lambda: make(arrays[first["id"]]), len(first["tokens"]), eos_ids, limit=WARMUP_TOKENS)
 
     records = []
     for r in range(repeats):
