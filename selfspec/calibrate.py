@@ -12,7 +12,7 @@ import mlx.core as mx
 from .prompts import encoded_prompts
 from .environment import environment
 from .generation import plain_stream, timed_generation
-from .knapsack import choose, frontier
+from .knapsack import choose, draft_cost_needed, frontier
 from .models import load, model_parts
 from .profile import LatencyModel, profile_model
 from .strategies import SkipPlan
@@ -50,6 +50,11 @@ def run_calibration(model_path, prompt_set_path, profile: Dict, *, model_name: s
     context = score_from + new_tokens / 2
     front = frontier(parts, seqs, score_from, lat, context, bins=bins)
     best = choose(front, lat, 1.0, 8)
+    # How far each draft is from paying: the cost it would need, at its best draft length.
+    for pt in front["points"]:
+        for target, key in ((1.0, "cost_needed_for_1x"), (1.1, "cost_needed_for_1.1x")):
+            pt[key] = max(draft_cost_needed(pt, k, lat, target) for k in range(1, 9)) if pt["skipped_sublayers"] \
+                else None
     _log(f"calibration: {len(front['points'])} budgets; best predicted {best['predicted_speedup']:.2f}x at k={best['num_draft']}")
     cfg = {"model": model_name, "calibration_set": str(prompt_set_path).rsplit("/", 1)[-1], "new_tokens": new_tokens,
            "bins": bins}

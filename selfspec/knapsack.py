@@ -104,6 +104,17 @@ def point_speedup(point: Dict, k: int, lat: LatencyModel, threshold: Optional[fl
     return emitted * lat.plain() / cost if cost else 1.0
 
 
+def draft_cost_needed(point: Dict, k: int, lat: LatencyModel, target: float,
+                      threshold: Optional[float] = None) -> float:
+    """The draft cost (share of one full pass) at which this frontier draft's replayed rounds
+    at draft length k would reach `target` speedup; below 0, no draft however cheap would,
+    because the verify passes alone cost too much."""
+    emitted, rounds = simulate_rounds(point["agree"], point["confidence"], k, threshold)
+    drafted = sum(rounds)
+    verify = sum(lat.full_pass(m + 1) for m in rounds)
+    return (emitted * lat.plain() / target - verify) / drafted / lat.full_pass(1) if drafted else float("nan")
+
+
 def frontier(
     parts: ModelParts,
     sequences: mx.array,

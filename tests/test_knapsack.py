@@ -5,7 +5,7 @@ import pytest
 
 from selfspec.calibrate import select_plan
 from selfspec.generation import plain_stream, timed_generation
-from selfspec.knapsack import frontier, predicted_speedup, simulate_rounds
+from selfspec.knapsack import draft_cost_needed, frontier, point_speedup, predicted_speedup, simulate_rounds
 from selfspec.loop import selfspec_loop
 from selfspec.models import model_parts
 from selfspec.profile import LatencyModel, heldout_error, profile_model
@@ -111,6 +111,20 @@ def test_replayed_rounds_by_hand():
     assert simulate_rounds(agree, conf, 2, 0.5) == (7, [1, 2, 2, 1])
     # Draft length caps the rounds; an all-agreeing sequence emits k + 1 per full round.
     assert simulate_rounds([[1] * 8], [[1.0] * 8], 3) == (8, [3, 3])
+
+
+def test_cost_needed_inverts_the_replayed_prediction():
+    lat = flat_latency(verify_b=1e-3)
+    pt = {"agree": [[1, 1, 0, 1, 1, 1, 0, 1, 1]], "confidence": [[0.9] * 9], "agreement": 7 / 9}
+    for k in (1, 2, 4):
+        for target in (1.0, 1.1):
+            c = draft_cost_needed(pt, k, lat, target)
+            assert 0 < c < 1
+            pt["draft_seconds"] = c * lat.full_pass(1)
+            assert point_speedup(pt, k, lat) == pytest.approx(target)
+    # With a verify pass as dear as k+1 single ones, not even a free draft reaches 1x.
+    linear = LatencyModel(attn_a=1e-3, attn_b=0.0, mlp=1e-3, fixed=1e-3, verify_a=0.0, verify_b=1.0, n_layers=N)
+    assert draft_cost_needed(pt, 2, linear, 1.0) < 0
 
 
 def test_replay_predicts_the_loops_rounds(planted):
