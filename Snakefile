@@ -32,6 +32,18 @@ include: "rules/techniques.smk"
 include: "rules/bench.smk"
 
 
+# On a cluster (profiles/slurm) these run on the submitting node: aggregation and plots are
+# quick and read every cell, and fetching needs the network that compute nodes may lack.
+localrules:
+    fetch_model,
+    aggregate,
+    plot_selfspec,
+    plot_adaptive,
+    plot_profile,
+    compare_techniques,
+    plot_techniques,
+
+
 rule all:
     default_target: True
     input:
