@@ -3,10 +3,14 @@
 import json
 import os
 import shutil
+import sys
+import time
 from pathlib import Path
 from typing import Dict, Optional
 
+from .atomic import atomic_dir
 from .config import source_dir
+from .integrity import check_model_dir
 
 WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.py", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
 
@@ -55,15 +59,19 @@ def prepare(name: str, src_path, quantize: Optional[Dict], out_dir) -> Dict:
     quantizes them.
     """
     src_path, out_dir = Path(src_path), Path(out_dir)
+    # A missing shard or a truncated file fails here, naming the model and the file.
+    src_bytes = check_model_dir(src_path, name)[1] if src_path.is_dir() else src_path.stat().st_size
     have = source_quantization(src_path)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     want = None if quantize is None else {"bits": quantize["bits"], "group_size": quantize.get("group_size", 64)}
     if want is None or have == want:
-        out_dir.mkdir(parents=True)
-        for f in sorted(src_path.iterdir()):
-            if f.is_file():
-                os.symlink(f.resolve(), out_dir / f.name)
+        # Built beside out_dir, then renamed: a killed job never leaves half a model.
+        with atomic_dir(out_dir) as build:
+            build.mkdir()
+            for f in sorted(src_path.iterdir()):
+                if f.is_file():
+                    os.symlink(f.resolve(), build / f.name)
         return {"model": name, "action": "linked", "quantization": have}
     if have is not None:
         raise FetchError(
@@ -72,6 +80,14 @@ def prepare(name: str, src_path, quantize: Optional[Dict], out_dir) -> Dict:
         )
     from mlx_lm import convert
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    convert(str(src_path), mlx_path=str(out_dir), quantize=True, q_bits=want["bits"], q_group_size=want["group_size"])
-    return {"model": name, "action": "quantized", "quantization": want}
+    print(f"model '{name}': quantizing {src_path} ({src_bytes / 1e9:.3g} GB of weights) to {want['bits']} bits, "
+          f"group size {want['group_size']}", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    # Quantized into a temporary directory beside out_dir, renamed when complete.
+    with atomic_dir(out_dir) as build:
+        convert(str(src_path), mlx_path=str(build), quantize=True, q_bits=want["bits"], q_group_size=want["group_size"])
+        out_bytes = sum(f.stat().st_size for f in build.glob("*.safetensors"))
+    seconds = time.perf_counter() - t0
+    print(f"model '{name}': quantized in {seconds:.1f} s, {out_bytes / 1e9:.3g} GB of weights in {out_dir}",
+          file=sys.stderr, flush=True)
+    return {"model": name, "action": "quantized", "quantization": want, "seconds": seconds}
