@@ -193,9 +193,11 @@ def summary_markdown(df: pd.DataFrame, cells: List[dict]) -> str:
     bad = df[~df.lossless.astype(bool)]
     if len(bad):
         lines.append("")
-        listed = [f"{cell_label(r)} ({r.divergence})" for r in bad.head(MAX_LISTED).itertuples()]
-        more = f"; and {len(bad) - MAX_LISTED} more (the table's `lossless` column)" if len(bad) > MAX_LISTED else ""
-        lines.append(f"**Divergent cells (not lossless), {len(bad)}:** " + "; ".join(listed) + more)
+        lines.append(f"**Divergent cells (not lossless), {len(bad)}:**")
+        lines.append("")
+        lines += [f"- {cell_label(r)}: {r.divergence}" for r in bad.head(MAX_LISTED).itertuples()]
+        if len(bad) > MAX_LISTED:
+            lines.append(f"- and {len(bad) - MAX_LISTED} more (the table's `lossless` column)")
     lines += ["", "Speedup = median over prompts and repeats of (self-spec decode tok/s ÷ plain decode tok/s),",
               "both measured back to back in one process; 95% bootstrap interval in brackets.", ""]
     lines += ["Best and worst are over cells that drafted; `auto` cells that fell back to plain",
