@@ -12,6 +12,9 @@ rule aggregate:
         summary="results/summary.md",
     log:
         "results/tables/aggregate.log",
+    params:
+        # A param, so that turning it on re-checks cells measured before.
+        require_lossless=config["selfspec"].get("require_lossless", False),
     script:
         "../scripts/aggregate.py"
 

@@ -10,6 +10,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from selfspec.config import ConfigError, check_config, format_skip, grid_models, schema_errors, timing_blas
+from selfspec.guards import guard_environment
 from selfspec.strategies import ADAPTIVE
 
 SCHEMA = Path(workflow.basedir) / "config" / "schemas" / "config.schema.yaml"
@@ -73,6 +74,11 @@ wildcard_constraints:
     draft_model="|".join(sorted(config["models"], key=len, reverse=True)),
     question_set="[A-Za-z0-9_-]+",
     prompt_set="[A-Za-z0-9_-]+",
+
+
+# Guards for every job (selfspec/guards.py): memory_guard and selfspec.require_lossless
+# reach the jobs through the environment, so changing them reruns no finished job.
+os.environ.update(guard_environment(config))
 
 
 def get_model_source(wildcards):

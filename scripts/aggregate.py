@@ -10,4 +10,5 @@ write_sweep(
     snakemake.output.md,
     snakemake.output.summary,
     profile_paths=snakemake.input.profiles,
+    require_lossless=snakemake.params.require_lossless,
 )

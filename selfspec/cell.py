@@ -5,13 +5,14 @@
 skip fraction, draft length, engine) and checks every token against the reference.
 """
 
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from . import atomic
 from .environment import environment
+from .guards import require_lossless
 from .forward import LayerSkipDraft
 from .generation import ENGINES, mlx_lm_selfspec_stream, plain_stream, timed_generation
 from .calibrate import select_plan
@@ -82,8 +83,7 @@ def measured_result(cfg: Dict, extra: Dict, records, ref, t0: float, started_at:
         "environment": environment(cfg),
     }
     if not result["lossless"]:
-        bad = [p["prompt_id"] for p in result["per_prompt"] if not p["lossless"]]
-        _log(f"WARNING: speculative output diverged from the reference on {bad}")
+        _log(f"WARNING: speculative output diverged from the reference: {divergence_summary(result)}")
     return result
 
 
@@ -177,9 +177,40 @@ def selfspec_candidate(engine: str, model, plan, max_tokens: int, num_draft: int
     raise ValueError(f"unknown engine '{engine}' (known: {', '.join(ENGINES)})")
 
 
+class DivergenceError(RuntimeError):
+    pass
+
+
+def diverged_path(path) -> Path:
+    """Where a refused (not lossless) cell is kept for inspection: beside its output, under
+    a name no rule produces, so the output stays missing and the cell reruns."""
+    path = Path(path)
+    return path.with_name(path.stem + ".diverged.json")
+
+
+def divergence_summary(cell: Dict) -> str:
+    bad = [p for p in cell.get("per_prompt", []) if not p["lossless"]]
+    return ", ".join(f"prompt {p['prompt_id']} at token {p['first_divergence']}" for p in bad)
+
+
 def write_json(obj: Dict, path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(obj, indent=1, default=float) + "\n")
+    """Write a job's result atomically (temporary file, then rename: see selfspec/atomic.py).
+
+    A timing cell that is not lossless, under `selfspec.require_lossless`, is written to
+    `<name>.diverged.json` instead and the job fails, naming where its tokens diverged."""
+    path = Path(path)
+    is_cell = "lossless" in obj and "per_prompt" in obj
+    if is_cell and not obj["lossless"] and require_lossless():
+        atomic.write_json(obj, diverged_path(path))
+        raise DivergenceError(
+            f"{path}: the speculative tokens diverged from the reference ({divergence_summary(obj)}) and "
+            f"selfspec.require_lossless is set, so the cell is refused. Its measurements are in "
+            f"{diverged_path(path)} for inspection."
+        )
+    atomic.write_json(obj, path)
+    if is_cell:
+        # A refused result from an earlier run is stale once the cell is accepted.
+        diverged_path(path).unlink(missing_ok=True)
 
 
 def weight_gb(model) -> float:

@@ -20,7 +20,9 @@ import zipfile
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
+from .atomic import atomic_dir
 from .config import PYPI_SOURCE, source_dir, source_file
+from .integrity import check_gguf, check_model_dir
 
 WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.py", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
 DOWNLOADS = Path("resources") / "downloads"
@@ -124,8 +126,8 @@ def source_quantization(path) -> Optional[Dict]:
 
 def prepare(name: str, src_path, quantize: Optional[Dict], out_dir, dtype: Optional[str] = None,
             log: Callable[[str], None] = _quiet) -> Dict:
-    """Make `out_dir` the model that cells load, written beside it and renamed into place, so
-    that a conversion killed midway never leaves a directory that looks finished.
+    """Make `out_dir` the model that cells load. It is built beside `out_dir` and renamed into
+    place, so a conversion killed midway never leaves a directory that looks finished.
 
     A GGUF file becomes an mlx-lm directory (its own quantization kept, or dequantized to
     `dtype`). A directory whose weights already match the request (no quantization or dtype
@@ -134,15 +136,18 @@ def prepare(name: str, src_path, quantize: Optional[Dict], out_dir, dtype: Optio
     """
     src_path, out_dir = Path(src_path), Path(out_dir)
     want = None if quantize is None else {"bits": quantize["bits"], "group_size": quantize.get("group_size", 64)}
-    tmp = out_dir.with_name(out_dir.name + ".part")
-    for d in (tmp, out_dir):
-        if d.exists():
-            shutil.rmtree(d)
-    if src_path.is_file():
-        info = _prepare_gguf(name, src_path, want, tmp, dtype, log)
-    else:
-        info = _prepare_dir(name, src_path, want, tmp, dtype)
-    os.replace(tmp, out_dir)
+    # A missing shard or a truncated file fails here, naming the model and the file.
+    src_bytes = check_gguf(src_path)["bytes"] if src_path.is_file() else check_model_dir(src_path, name)[1]
+    log(f"model '{name}': {src_path} ({src_bytes / 1e9:.3g} GB), quantize {want}, dtype {dtype}")
+    t0 = time.perf_counter()
+    with atomic_dir(out_dir) as build:
+        if src_path.is_file():
+            info = _prepare_gguf(name, src_path, want, build, dtype, log)
+        else:
+            info = _prepare_dir(name, src_path, want, build, dtype)
+        out_bytes = sum(f.stat().st_size for f in build.glob("*.safetensors"))
+    info["seconds"] = time.perf_counter() - t0
+    log(f"model '{name}': {info['action']} in {info['seconds']:.1f} s, {out_bytes / 1e9:.3g} GB of weights")
     return info
 
 

@@ -17,6 +17,8 @@ from typing import Callable, Dict, Optional, Tuple
 
 import mlx.core as mx
 
+from .integrity import load_gguf
+
 GROUP_SIZE = 32  # every GGUF quantization MLX keeps quantized uses blocks of 32
 
 # GGUF tensor name -> mlx-lm name, per block and for the rest.
@@ -60,17 +62,7 @@ def _scalar(v):
 
 def read_gguf(path) -> Tuple[Dict[str, mx.array], Dict]:
     """Tensors and metadata, with an error that names the file when it is not a readable GGUF."""
-    path = Path(path)
-    if not path.is_file():
-        raise GGUFError(f"GGUF file {path} does not exist")
-    with open(path, "rb") as f:
-        if f.read(4) != b"GGUF":
-            raise GGUFError(f"{path} is not a GGUF file (no 'GGUF' magic at its start)")
-    try:
-        tensors, meta = mx.load(str(path), return_metadata=True)
-    except Exception as e:  # MLX's own message does not always say which file
-        raise GGUFError(f"{path}: cannot read it as GGUF ({type(e).__name__}: {e}); truncated or corrupt?") from None
-    return tensors, meta
+    return load_gguf(path)
 
 
 def model_config(meta: Dict, path="") -> Dict:

@@ -57,6 +57,8 @@ def paired_runs(
     """
     arrays = {p["id"]: mx.array(p["tokens"], dtype=mx.uint32) for p in prompts}
     first = prompts[0]
+    n, total = len(prompts), len(prompts) * repeats
+    log(f"timing {n} prompts x {repeats} repeats ({total} pairs) after {warmup} warm-up(s)")
     # Warm-up pays the one-off costs (weights paged in from disk, first allocations, prompt
     # and multi-token passes); a few tokens of each kind do that.
     for _ in range(warmup):
@@ -64,6 +66,7 @@ def paired_runs(
             timed_generation(lambda: make(arrays[first["id"]]), len(first["tokens"]), eos_ids, limit=WARMUP_TOKENS)
 
     records = []
+    ratios = []
     for r in range(repeats):
         for i, p in enumerate(prompts):
             order = ["plain", "selfspec"] if (r + i) % 2 == 0 else ["selfspec", "plain"]
@@ -72,10 +75,13 @@ def paired_runs(
                 make = plain if side == "plain" else candidate
                 out[side] = timed_generation(lambda: make(arrays[p["id"]]), len(p["tokens"]), eos_ids)
             records.append({"prompt_id": p["id"], "repeat": r, "order": order, **out})
+            ratios.append(out["selfspec"].decode_tps / out["plain"].decode_tps)
             log(
-                f"{p['id']} r{r}: plain {out['plain'].decode_tps:.1f} tok/s, "
-                f"selfspec {out['selfspec'].decode_tps:.1f} tok/s, "
-                f"accepted {out['selfspec'].accepted}/{out['selfspec'].drafted}"
+                f"pair {len(records)}/{total}: prompt {i + 1} of {n} ({p['id']}), repeat {r + 1} of {repeats}: "
+                f"plain {out['plain'].decode_tps:.1f} tok/s ({len(out['plain'].tokens)} tokens), "
+                f"selfspec {out['selfspec'].decode_tps:.1f} tok/s ({len(out['selfspec'].tokens)} tokens), "
+                f"accepted {out['selfspec'].accepted}/{out['selfspec'].drafted}; "
+                f"running speedup {statistics.median(ratios):.2f}x"
             )
     return records
 

@@ -58,10 +58,25 @@ def model_parts(model: nn.Module) -> ModelParts:
 
 
 def load(path: str) -> Tuple[nn.Module, Any]:
-    """Load an MLX (or Hugging Face layout) model directory with mlx-lm."""
+    """Load an MLX (or Hugging Face layout) model directory with mlx-lm, after checking its
+    files are whole and that it fits in memory (selfspec/integrity.py, selfspec/guards.py)."""
+    import sys
+    import time
+
     from mlx_lm import load as mlx_load
 
-    return mlx_load(str(path))
+    from .guards import check_fits
+    from .integrity import check_model_dir
+
+    files, size = check_model_dir(path)
+    mem = check_fits(f"model directory {path}", size)
+    avail = "unknown" if mem["available_bytes"] is None else f"{mem['available_bytes'] / 1e9:.3g} GB"
+    print(f"loading {path}: {len(files)} weight file(s), {size / 1e9:.3g} GB; available memory {avail}",
+          file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    loaded = mlx_load(str(path))
+    print(f"loaded {path} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    return loaded
 
 
 def read_num_layers(path) -> Optional[int]:

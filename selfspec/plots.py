@@ -10,15 +10,22 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from .atomic import atomic_path
 from .strategies import ADAPTIVE
 
 DPI = 120
 
 
+def _write(fig, out, **kw) -> None:
+    """Save through a temporary file beside `out`, renamed when complete."""
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=DPI, **kw)
+    plt.close(fig)
+
+
 def _save(fig, out) -> None:
     fig.tight_layout()
-    fig.savefig(out, dpi=DPI)
-    plt.close(fig)
+    _write(fig, out)
 
 
 def _heatmap(data, color=None, label=None, vmin=0.0, vmax=2.0):
@@ -54,8 +61,7 @@ def speedup_heatmap(df: pd.DataFrame, out) -> None:
     n = df.label.nunique()
     g.figure.set_size_inches(4.2 * min(3, n), 3.8 * int(np.ceil(n / 3)) + 0.4)
     g.figure.tight_layout()
-    g.savefig(out, dpi=DPI, bbox_inches=None)
-    plt.close(g.figure)
+    _write(g.figure, out, bbox_inches=None)
 
 
 def speedup_vs_skip(df: pd.DataFrame, out) -> None:
@@ -87,8 +93,7 @@ def speedup_vs_skip(df: pd.DataFrame, out) -> None:
     # Room on the right for the row titles, then the legend beyond them.
     g.figure.subplots_adjust(right=1 - 2.2 / (4.4 * ncol + 2.4))
     sns.move_legend(g, "center left", bbox_to_anchor=(1 - 1.5 / (4.4 * ncol + 2.4), 0.5))
-    g.savefig(out, dpi=DPI, bbox_inches=None)
-    plt.close(g.figure)
+    _write(g.figure, out, bbox_inches=None)
 
 
 def _break_even(c: np.ndarray, k: int, plain: float = 1.0, verify: float = 1.0) -> np.ndarray:
@@ -251,5 +256,4 @@ def techniques_spread(per_prompt: pd.DataFrame, out) -> None:
     g.figure.suptitle("Per-prompt decode speed by technique", y=1.0)
     g.figure.set_size_inches(6.4 * n + 1.6, 4.6)
     g.figure.tight_layout()
-    g.savefig(out, dpi=DPI, bbox_inches=None)
-    plt.close(g.figure)
+    _write(g.figure, out, bbox_inches=None)

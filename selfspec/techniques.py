@@ -6,7 +6,6 @@ techniques carry the plain model's quality, because their tokens equal the refer
 a technique that is not lossless would need its own score.
 """
 
-from pathlib import Path
 from typing import Dict, List, Optional
 
 import pandas as pd
@@ -101,18 +100,20 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
 
 def write_comparison(selfspec_paths, specdec_paths, quality_paths, csv_path, md_path, per_prompt_path,
                      seeds=None) -> pd.DataFrame:
+    from .atomic import atomic_path, write_text
     from .report import load_cells
 
     quality = {q["model"]: q for q in load_cells(quality_paths)}
     rows = compare(load_cells(selfspec_paths), load_cells(specdec_paths), quality, seeds)
     df = pd.DataFrame([{k: r[k] for k in COLUMNS} for r in rows], columns=COLUMNS)
-    Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(csv_path, index=False)
+    with atomic_path(csv_path) as tmp:
+        df.to_csv(tmp, index=False)
     show = df.copy()
     show["speedup"] = [f"{s:.2f}x [{lo:.2f}, {hi:.2f}]" for s, lo, hi in zip(df.speedup, df.speedup_ci_low,
                                                                              df.speedup_ci_high)]
     show["lossless"] = ["yes" if x else "**NO**" for x in df.lossless]
     show = show.drop(columns=["speedup_ci_low", "speedup_ci_high"])
-    Path(md_path).write_text(show.to_markdown(index=False, floatfmt=".3g") + "\n")
-    per_prompt_frame(rows).to_csv(per_prompt_path, index=False)
+    write_text(md_path, show.to_markdown(index=False, floatfmt=".3g") + "\n")
+    with atomic_path(per_prompt_path) as tmp:
+        per_prompt_frame(rows).to_csv(tmp, index=False)
     return df

@@ -10,7 +10,8 @@ import pytest
 
 from selfspec.fetch import FetchError, fetch, prepare
 from selfspec.generation import plain_stream, timed_generation
-from selfspec.gguf import GGUFError, read_gguf
+from selfspec.gguf import read_gguf
+from selfspec.integrity import IntegrityError
 from selfspec.models import load
 from tiny_models import dequantized_copy, write_gguf, write_model_dir
 
@@ -105,11 +106,11 @@ def test_truncated_and_foreign_files_are_named(tiny, tmp_path):
     _, _, f32, _ = tiny
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(f32.read_bytes()[: f32.stat().st_size // 2])
-    with pytest.raises(GGUFError, match="cut.gguf"):
+    with pytest.raises(IntegrityError, match="cut.gguf"):
         read_gguf(cut)
     other = tmp_path / "other.gguf"
     other.write_bytes(b"PK\x03\x04" + b"\0" * 64)
-    with pytest.raises(GGUFError, match="other.gguf.*not a GGUF"):
+    with pytest.raises(IntegrityError, match="other.gguf.*not a GGUF"):
         read_gguf(other)
 
 
