@@ -6,6 +6,7 @@ rule aggregate:
     input:
         cells=get_cells(),
         profiles=get_profiles(),
+        noise=get_noise_files(),
     output:
         csv="results/tables/selfspec_sweep.csv",
         md="results/tables/selfspec_sweep.md",

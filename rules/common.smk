@@ -11,7 +11,8 @@ from snakemake.utils import validate
 
 from selfspec.config import ConfigError, check_config, format_skip, grid_models, schema_errors, timing_blas
 from selfspec.guards import guard_environment
-from selfspec.strategies import ADAPTIVE
+from selfspec.engines import REGISTRY as ENGINE_REGISTRY
+from selfspec.strategies import ADAPTIVE, REGISTRY as STRATEGY_REGISTRY
 
 SCHEMA = Path(workflow.basedir) / "config" / "schemas" / "config.schema.yaml"
 try:
@@ -68,7 +69,7 @@ if _blas:
 wildcard_constraints:
     model="|".join(sorted(config["models"], key=len, reverse=True)),
     strategy="[a-z_]+",
-    engine_tag=r"(_ours)?",
+    engine_tag="(" + "|".join(e.tag for e in ENGINE_REGISTRY.values() if e.tag) + ")?",
     skip=r"0\.\d+",
     draft=r"\d+",
     draft_model="|".join(sorted(config["models"], key=len, reverse=True)),
@@ -116,20 +117,24 @@ def get_cell_params(wildcards):
         "max_tokens": s["max_tokens"],
         "repeats": s["repeats"],
         "warmup": s.get("warmup", 1),
-        "draft_threshold": s.get("draft_threshold") if wildcards.engine_tag else None,
-        "draft_adapt_target": s.get("draft_adapt_target") if wildcards.engine_tag else None,
+        # Only loops with a dynamic draft length read these.
+        **(
+            {"draft_threshold": s.get("draft_threshold"), "draft_adapt_target": s.get("draft_adapt_target")}
+            if ENGINE_REGISTRY[engine_of(wildcards.engine_tag)].dynamic_draft
+            else {}
+        ),
         # Only auto cells read it, so only they rerun when it changes.
         **({"auto_margin": s.get("auto_margin", 0.05)} if wildcards.strategy == "auto" else {}),
     }
 
 
 def engine_tag(engine):
-    # The default engine keeps the plain path layout; ours gets a suffix.
-    return "" if engine == "mlx_lm" else f"_{engine}"
+    # The default engine keeps the plain path layout; the others get a suffix.
+    return ENGINE_REGISTRY[engine].tag
 
 
 def engine_of(tag):
-    return tag.lstrip("_") or "mlx_lm"
+    return next(name for name, e in ENGINE_REGISTRY.items() if e.tag == tag)
 
 
 def cell_path(model, strategy, engine, skip, draft):
@@ -177,19 +182,23 @@ def get_calibration_prompts(wildcards):
     return str(PROMPTS_DIR / f"{CALIBRATION_SET}.yaml")
 
 
+# Where each per-model input a strategy needs (selfspec/strategies.py REGISTRY) comes from.
+STRATEGY_INPUTS = {
+    "profile": "results/profile/{model}.json",
+    "calibration": "results/calibration/{model}.json",
+    "search": "results/search/{model}.json",
+}
+
+
 def get_cell_inputs(wildcards):
-    """A cell's inputs; knapsack, auto and search cells also read the model's profile and
-    calibration, and search cells the timed candidates."""
+    """A cell's inputs: the model, prompts and reference, and what its strategy needs."""
     inputs = {
         "model": get_model_dir(wildcards),
         "prompts": get_prompt_set(wildcards),
         "reference": get_reference(wildcards),
     }
-    if wildcards.strategy in ADAPTIVE:
-        inputs["profile"] = get_profile_path(wildcards)
-        inputs["calibration"] = f"results/calibration/{wildcards.model}.json"
-    if wildcards.strategy == "search":
-        inputs["search"] = f"results/search/{wildcards.model}.json"
+    for need in STRATEGY_REGISTRY[wildcards.strategy].needs:
+        inputs[need] = STRATEGY_INPUTS[need].format(model=wildcards.model)
     return inputs
 
 
@@ -224,6 +233,12 @@ def get_quality_files(wildcards=None):
         return []
     targets = QUALITY.get("models") or sorted(set(GRID_MODELS) | {p["target"] for p in (SPECDEC or {}).get("pairs", [])})
     return [f"results/quality/{m}/{QUALITY['question_set']}.json" for m in targets]
+
+
+def get_noise_files(wildcards=None):
+    """Each measured model's A/A run (plain against plain): the noise floor of its speedups."""
+    targets = {c.split("/")[2] for c in get_cells()} | {p["target"] for p in (SPECDEC or {}).get("pairs", [])}
+    return [f"results/noise/{m}.json" for m in sorted(targets)]
 
 
 def get_technique_outputs():

@@ -2,6 +2,25 @@
 # the table and figures that put them beside plain decoding and self-speculation.
 
 
+rule noise_floor:
+    input:
+        model=get_model_dir,
+        prompts=get_prompt_set,
+        reference=get_reference,
+    output:
+        "results/noise/{model}.json",
+    log:
+        "results/noise/{model}.log",
+    params:
+        max_tokens=config["selfspec"]["max_tokens"],
+        repeats=config["selfspec"]["repeats"],
+        warmup=config["selfspec"].get("warmup", 1),
+    resources:
+        timing=1,
+    script:
+        "../scripts/noise_floor.py"
+
+
 rule specdec_cell:
     input:
         model=get_model_dir,
@@ -43,6 +62,7 @@ rule compare_techniques:
         selfspec=get_cells(),
         specdec=get_specdec_cells(),
         quality=get_quality_files(),
+        noise=get_noise_files(),
     output:
         csv="results/tables/techniques.csv",
         md="results/tables/techniques.md",

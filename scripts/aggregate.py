@@ -10,5 +10,6 @@ write_sweep(
     snakemake.output.md,
     snakemake.output.summary,
     profile_paths=snakemake.input.profiles,
+    noise_paths=snakemake.input.noise,
     require_lossless=snakemake.params.require_lossless,
 )

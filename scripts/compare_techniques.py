@@ -12,4 +12,5 @@ write_comparison(
     snakemake.output.md,
     snakemake.output.per_prompt,
     seeds=snakemake.params.seeds,
+    noise_paths=snakemake.input.noise,
 )

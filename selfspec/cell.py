@@ -10,20 +10,23 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
+import mlx.core as mx
+
 from . import atomic
+from .engines import engine as engine_of
 from .environment import environment
+from .generation import mlx_lm_selfspec_stream, plain_stream, timed_generation
 from .guards import require_lossless
-from .forward import LayerSkipDraft
-from .generation import ENGINES, mlx_lm_selfspec_stream, plain_stream, timed_generation
-from .calibrate import select_plan
-from .loop import plain_loop, selfspec_loop
 from .measure import paired_runs, summarize
 from .models import load, model_parts
 from .prompts import encoded_prompts, eos_ids
-from .search import select_searched
-from .strategies import make_plan
+from .strategies import REGISTRY as STRATEGY_REGISTRY
 
-import mlx.core as mx
+
+def strategy_of(name: str):
+    if name not in STRATEGY_REGISTRY:
+        raise ValueError(f"unknown strategy '{name}' (known: {', '.join(STRATEGY_REGISTRY)})")
+    return STRATEGY_REGISTRY[name]
 
 
 def _log(msg: str) -> None:
@@ -75,8 +78,7 @@ def measured_result(cfg: Dict, extra: Dict, records, ref, t0: float, started_at:
         **cfg,
         **extra,
         "baseline_engine": "mlx_lm.generate_step",
-        "acceptance_definition": "accepted draft tokens / drafted tokens",
-        **summarize(records, ref),
+        **summarize(records, ref).to_dict(),
         "wall_seconds": time.perf_counter() - t0,
         "started_at": started_at,
         "finished_at": time.time(),
@@ -85,6 +87,24 @@ def measured_result(cfg: Dict, extra: Dict, records, ref, t0: float, started_at:
     if not result["lossless"]:
         _log(f"WARNING: speculative output diverged from the reference: {divergence_summary(result)}")
     return result
+
+
+def noise_cell(model_path, reference: Dict, prompt_set_path, *, model_name: str, max_tokens: int, repeats: int,
+               warmup: int = 1) -> Dict:
+    """The A/A run: plain decoding against itself, with the cells' protocol. Its speedup is 1.0
+    in expectation; its interval is the noise floor the cells' speedups stand on."""
+    cfg = {"model": model_name, "technique": "plain", "max_tokens": max_tokens, "repeats": repeats,
+           "prompt_set": Path(prompt_set_path).stem, "engine": "mlx_lm"}
+    started_at, t0 = time.time(), time.perf_counter()
+    model, tokenizer = load(model_path)
+    prompts = encoded_prompts(tokenizer, prompt_set_path)
+    ref = reference_tokens(prompts, reference, max_tokens)
+
+    def plain(prompt):
+        return plain_stream(model, prompt, max_tokens)
+
+    records = paired_runs(prompts, plain, plain, eos_ids(tokenizer), repeats, warmup, log=_log)
+    return measured_result(cfg, {"n_layers": len(model.layers)}, records, ref, t0, started_at)
 
 
 def selfspec_cell(
@@ -116,8 +136,9 @@ def selfspec_cell(
         "max_tokens": max_tokens,
         "repeats": repeats,
         "prompt_set": Path(prompt_set_path).stem,
-        "draft_threshold": draft_threshold if engine == "ours" else None,
-        "draft_adapt_target": draft_adapt_target if engine == "ours" else None,
+        "draft_threshold": draft_threshold if engine_of(engine).dynamic_draft else None,
+        "draft_adapt_target": draft_adapt_target if engine_of(engine).dynamic_draft else None,
+        "skip_basis": strategy_of(strategy).skip_basis,
         "auto_margin": auto_margin if strategy == "auto" else None,
     }
     started_at = time.time()
@@ -125,20 +146,16 @@ def selfspec_cell(
     model, tokenizer = load(model_path)
     parts = model_parts(model)
     n_layers = len(parts.layers)
-    selection = {"num_draft": num_draft, "predicted_speedup": None, "fallback": False}
-    if strategy == "search":
-        if search is None:
-            raise ValueError("strategy 'search' needs the model's timed candidates (rule search_model)")
-        selection = select_searched(search, skip_fraction, num_draft)
-        plan = selection["plan"]
-    elif strategy in ("knapsack", "auto"):
-        if calibration is None or profile is None:
-            raise ValueError(f"strategy '{strategy}' needs the model's profile and calibration")
-        selection = select_plan(strategy, calibration, profile, skip_fraction, num_draft, margin=auto_margin,
-                                threshold=draft_threshold if engine == "ours" else None)
-        plan = selection["plan"]
-    else:
-        plan = make_plan(strategy, n_layers, skip_fraction)
+    loop = engine_of(engine)
+    threshold = draft_threshold if loop.dynamic_draft else None
+    inputs = {"profile": profile, "calibration": calibration, "search": search}
+    missing = [k for k in strategy_of(strategy).needs if inputs[k] is None]
+    if missing:
+        raise ValueError(f"strategy '{strategy}' needs the model's {', '.join(missing)} (rules profile_model, "
+                         "calibrate_model, search_model)")
+    selection = strategy_of(strategy).select(n_layers, skip_fraction, num_draft, inputs,
+                                             {"auto_margin": auto_margin, "draft_threshold": threshold})
+    plan = selection["plan"]
     draft_len = selection["num_draft"]
     prompts = encoded_prompts(tokenizer, prompt_set_path)
     ref = reference_tokens(prompts, reference, max_tokens)
@@ -149,9 +166,9 @@ def selfspec_cell(
     if selection["fallback"]:
         # auto predicted no gain (or search timed no draft within the limits): decode plainly,
         # with the engine's own plain loop.
-        candidate = plain if engine == "mlx_lm" else (lambda p: plain_loop(parts, p, max_tokens))
+        candidate = loop.plain(model, max_tokens)
     else:
-        candidate = selfspec_candidate(engine, model, plan, max_tokens, draft_len, draft_threshold, draft_adapt_target)
+        candidate = loop.candidate(model, plan, max_tokens, draft_len, threshold, draft_adapt_target)
 
     records = paired_runs(prompts, plain, candidate, eos_ids(tokenizer), repeats, warmup, log=_log)
     extra = {
@@ -160,21 +177,11 @@ def selfspec_cell(
         "skipped_sublayers": plan.as_records(),
         "draft_length_used": draft_len,
         "predicted_speedup": selection["predicted_speedup"],
+        # search only: the speedup timed on the calibration prompts, where the draft was picked.
+        "calibration_speedup": selection.get("calibration_speedup"),
         "fallback": selection["fallback"],
     }
     return measured_result(cfg, extra, records, ref, t0, started_at)
-
-
-def selfspec_candidate(engine: str, model, plan, max_tokens: int, num_draft: int, threshold=None, adapt_target=None):
-    """A prompt -> token stream function for the chosen speculative loop."""
-    if engine == "mlx_lm":
-        draft = LayerSkipDraft(model, plan)
-        return lambda prompt: mlx_lm_selfspec_stream(model, draft, prompt, max_tokens, num_draft)
-    if engine == "ours":
-        parts = model_parts(model)
-        return lambda prompt: selfspec_loop(parts, prompt, max_tokens, plan, num_draft, threshold,
-                                            adapt_target=adapt_target)
-    raise ValueError(f"unknown engine '{engine}' (known: {', '.join(ENGINES)})")
 
 
 class DivergenceError(RuntimeError):

@@ -14,8 +14,6 @@ import mlx.nn as nn
 from mlx_lm.generate import generate_step, speculative_generate_step
 
 
-ENGINES = ("mlx_lm", "ours")
-
 # Each item: (token, from_draft, round_drafted). round_drafted is None unless this token is the
 # first one a new full-model pass emits; then it is how many tokens that round drafted.
 TokenStream = Generator[Tuple[int, bool, Optional[int]], None, None]
@@ -25,8 +23,8 @@ TokenStream = Generator[Tuple[int, bool, Optional[int]], None, None]
 class GenerationStats:
     """One generation's tokens and timings.
 
-    Acceptance is per drafted token: accepted / drafted. `verify_steps` counts the
-    full-model passes that emitted tokens (for plain decoding, one per token).
+    Acceptance is per drafted token: accepted / drafted. `full_passes` counts the forward
+    passes of the full model that emitted tokens (for plain decoding, one per token).
     """
 
     tokens: List[int]
@@ -35,7 +33,7 @@ class GenerationStats:
     decode_seconds: float  # first token to last token
     drafted: int = 0
     accepted: int = 0
-    verify_steps: int = 0
+    full_passes: int = 0
     peak_memory_gb: float = 0.0
 
     @property
@@ -49,12 +47,12 @@ class GenerationStats:
         return len(self.tokens) / total if total > 0 else float("nan")
 
     @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else float("nan")
+    def acceptance_rate(self) -> Optional[float]:
+        return self.accepted / self.drafted if self.drafted else None
 
     @property
-    def tokens_per_verify(self) -> float:
-        return len(self.tokens) / self.verify_steps if self.verify_steps else float("nan")
+    def tokens_per_pass(self) -> float:
+        return len(self.tokens) / self.full_passes if self.full_passes else float("nan")
 
 
 def plain_stream(model: nn.Module, prompt: mx.array, max_tokens: int) -> TokenStream:
@@ -90,7 +88,7 @@ def timed_generation(
     timing it."""
     eos = set(eos_ids)
     tokens: List[int] = []
-    drafted = accepted = verify_steps = 0
+    drafted = accepted = full_passes = 0
     mx.synchronize()
     mx.reset_peak_memory()
     t0 = time.perf_counter()
@@ -99,7 +97,7 @@ def timed_generation(
         if t_first is None:
             t_first = time.perf_counter()
         if round_drafted is not None:
-            verify_steps += 1
+            full_passes += 1
             drafted += round_drafted
         accepted += from_draft
         tokens.append(tok)
@@ -114,6 +112,6 @@ def timed_generation(
         decode_seconds=t_end - t_first,
         drafted=drafted,
         accepted=accepted,
-        verify_steps=verify_steps,
+        full_passes=full_passes,
         peak_memory_gb=mx.get_peak_memory() / 1e9,
     )

@@ -1,12 +1,15 @@
-"""The measurement protocol of one grid cell.
+"""The paired measurement protocol, the same for every technique.
 
-One process, one model load. After a warm-up, every prompt and repeat runs plain and
-self-speculative decoding back to back, alternating which goes first, so that drift in
-machine speed hits both sides alike. Ratios are taken per pair.
+One process, one model load. After a warm-up, every prompt and repeat runs the baseline
+(plain decoding) and the candidate (a technique, or plain decoding again for the A/A noise
+floor) back to back, alternating which goes first, so that drift in machine speed hits
+both sides alike. Ratios are taken per pair, and every ratio, interval and acceptance rate
+of a cell, the bench and the search is computed here (`summarize`, `PairedSummary`).
 """
 
 import statistics
-from typing import Callable, Dict, List, Optional, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import mlx.core as mx
 
@@ -14,6 +17,9 @@ from .generation import GenerationStats, TokenStream, timed_generation
 from .stats import median_ci
 
 WARMUP_TOKENS = 8
+SIDES = ("baseline", "candidate")
+ACCEPTANCE_DEFINITION = "accepted draft tokens / drafted tokens (None where nothing was drafted)"
+TOKENS_PER_PASS_DEFINITION = "tokens emitted / forward passes of the full model (plain decoding: 1.0)"
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> Optional[int]:
@@ -33,25 +39,35 @@ def _summary(s: GenerationStats) -> Dict:
         "e2e_tps": s.e2e_tps,
         "drafted": s.drafted,
         "accepted": s.accepted,
-        "verify_steps": s.verify_steps,
+        "full_passes": s.full_passes,
         "peak_memory_gb": s.peak_memory_gb,
     }
 
 
+def acceptance(drafted: int, accepted: int) -> Optional[float]:
+    """Accepted over drafted tokens; None (never NaN) where nothing was drafted."""
+    return accepted / drafted if drafted else None
+
+
+def paired_ratio(records: List[Dict], key: str = "decode_tps") -> Tuple[float, List[float]]:
+    """Median over pairs of candidate / baseline, with its 95% bootstrap interval."""
+    return median_ci([getattr(r["candidate"], key) / getattr(r["baseline"], key) for r in records])
+
+
 def paired_runs(
     prompts: List[Dict],
-    plain: Callable[[mx.array], TokenStream],
+    baseline: Callable[[mx.array], TokenStream],
     candidate: Callable[[mx.array], TokenStream],
     eos_ids: Sequence[int],
     repeats: int,
     warmup: int = 1,
     log: Callable[[str], None] = print,
 ) -> List[Dict]:
-    """Run `plain` and `candidate` back to back for every prompt and repeat.
+    """Run `baseline` and `candidate` back to back for every prompt and repeat.
 
     Args:
         prompts: dicts with `id` and `tokens` (prompt token ids).
-        plain, candidate: make a token stream from a prompt array.
+        baseline, candidate: make a token stream from a prompt array.
     Returns:
         One record per (prompt, repeat) with both sides' stats and tokens.
     """
@@ -62,41 +78,75 @@ def paired_runs(
     # Warm-up pays the one-off costs (weights paged in from disk, first allocations, prompt
     # and multi-token passes); a few tokens of each kind do that.
     for _ in range(warmup):
-        for make in (plain, candidate):
+        for make in (baseline, candidate):
             timed_generation(lambda: make(arrays[first["id"]]), len(first["tokens"]), eos_ids, limit=WARMUP_TOKENS)
 
     records = []
     ratios = []
     for r in range(repeats):
         for i, p in enumerate(prompts):
-            order = ["plain", "selfspec"] if (r + i) % 2 == 0 else ["selfspec", "plain"]
+            order = list(SIDES) if (r + i) % 2 == 0 else list(reversed(SIDES))
             out = {}
             for side in order:
-                make = plain if side == "plain" else candidate
+                make = baseline if side == "baseline" else candidate
                 out[side] = timed_generation(lambda: make(arrays[p["id"]]), len(p["tokens"]), eos_ids)
             records.append({"prompt_id": p["id"], "repeat": r, "order": order, **out})
-            ratios.append(out["selfspec"].decode_tps / out["plain"].decode_tps)
+            ratios.append(out["candidate"].decode_tps / out["baseline"].decode_tps)
             log(
                 f"pair {len(records)}/{total}: prompt {i + 1} of {n} ({p['id']}), repeat {r + 1} of {repeats}: "
-                f"plain {out['plain'].decode_tps:.1f} tok/s ({len(out['plain'].tokens)} tokens), "
-                f"selfspec {out['selfspec'].decode_tps:.1f} tok/s ({len(out['selfspec'].tokens)} tokens), "
-                f"accepted {out['selfspec'].accepted}/{out['selfspec'].drafted}; "
+                f"baseline {out['baseline'].decode_tps:.1f} tok/s ({len(out['baseline'].tokens)} tokens), "
+                f"candidate {out['candidate'].decode_tps:.1f} tok/s ({len(out['candidate'].tokens)} tokens), "
+                f"accepted {out['candidate'].accepted}/{out['candidate'].drafted}; "
                 f"running speedup {statistics.median(ratios):.2f}x"
             )
     return records
 
 
-def summarize(records: List[Dict], reference: Dict[str, List[int]]) -> Dict:
+@dataclass
+class PairedSummary:
+    """What a paired run measured: the one result type of cells, the bench and the search.
+
+    Speedups are medians over (prompt, repeat) pairs of candidate / baseline tok/s, with 95%
+    bootstrap intervals; `*_pooled` is total tokens over total time, candidate over baseline.
+    Decode figures exclude prompt processing (tokens after the first over the time from the
+    first token to the last); `*_e2e` include it.
+    """
+
+    baseline_tps: float
+    candidate_tps: float
+    baseline_e2e_tps: float
+    candidate_e2e_tps: float
+    speedup: float
+    speedup_ci: List[float]
+    speedup_pooled: float
+    speedup_e2e: float
+    speedup_e2e_ci: List[float]
+    speedup_e2e_pooled: float
+    acceptance_rate: Optional[float]
+    drafted_tokens: int
+    accepted_tokens: int
+    tokens_per_pass: float
+    lossless: bool
+    lossless_prompts: int
+    peak_memory_gb: float
+    baseline_peak_memory_gb: float
+    pairs: int
+    per_prompt: List[Dict] = field(repr=False)
+    acceptance_definition: str = ACCEPTANCE_DEFINITION
+    tokens_per_pass_definition: str = TOKENS_PER_PASS_DEFINITION
+
+    def to_dict(self) -> Dict:
+        return asdict(self)
+
+
+def summarize(records: List[Dict], reference: Dict[str, List[int]]) -> PairedSummary:
     """Speedups, acceptance and losslessness from paired records.
 
-    `reference` maps prompt id to mlx-lm's greedy tokens; a cell is lossless when every
-    self-speculative generation equals them exactly.
+    `reference` maps prompt id to the tokens the candidate must reproduce (mlx-lm's greedy
+    output); it is lossless when every candidate generation equals them exactly.
     """
-    def ratios(key):
-        return [getattr(r["selfspec"], key) / getattr(r["plain"], key) for r in records]
-
-    dec_med, dec_ci = median_ci(ratios("decode_tps"))
-    e2e_med, e2e_ci = median_ci(ratios("e2e_tps"))
+    dec_med, dec_ci = paired_ratio(records, "decode_tps")
+    e2e_med, e2e_ci = paired_ratio(records, "e2e_tps")
 
     def pooled(side, key):
         toks = sum(len(r[side].tokens) - (1 if key == "decode" else 0) for r in records)
@@ -106,57 +156,53 @@ def summarize(records: List[Dict], reference: Dict[str, List[int]]) -> Dict:
         )
         return toks / secs if secs > 0 else float("nan")
 
-    drafted = sum(r["selfspec"].drafted for r in records)
-    accepted = sum(r["selfspec"].accepted for r in records)
-    verify = sum(r["selfspec"].verify_steps for r in records)
-    spec_tokens = sum(len(r["selfspec"].tokens) for r in records)
-
+    cand = [r["candidate"] for r in records]
+    passes = sum(c.full_passes for c in cand)
     per_prompt = []
     by_prompt: Dict[str, List[Dict]] = {}
     for r in records:
         by_prompt.setdefault(r["prompt_id"], []).append(r)
     for pid, rs in by_prompt.items():
         ref = reference[pid]
-        divs = [first_divergence(x["selfspec"].tokens, ref) for x in rs]
-        plain_divs = [first_divergence(x["plain"].tokens, ref) for x in rs]
+        divs = [first_divergence(x["candidate"].tokens, ref) for x in rs]
+        base_divs = [first_divergence(x["baseline"].tokens, ref) for x in rs]
         first_bad = min((d for d in divs if d is not None), default=None)
         per_prompt.append(
             {
                 "prompt_id": pid,
-                "prompt_tokens": rs[0]["plain"].prompt_tokens,
-                "tokens": rs[0]["selfspec"].tokens,
+                "prompt_tokens": rs[0]["baseline"].prompt_tokens,
+                "tokens": rs[0]["candidate"].tokens,
                 "lossless": first_bad is None,
                 "first_divergence": first_bad,
-                "plain_matches_reference": all(d is None for d in plain_divs),
-                "speedup": statistics.median(x["selfspec"].decode_tps / x["plain"].decode_tps for x in rs),
+                "plain_matches_reference": all(d is None for d in base_divs),
+                "speedup": statistics.median(x["candidate"].decode_tps / x["baseline"].decode_tps for x in rs),
                 "runs": [
-                    {"repeat": x["repeat"], "order": x["order"], "plain": _summary(x["plain"]), "selfspec": _summary(x["selfspec"])}
+                    {"repeat": x["repeat"], "order": x["order"],
+                     **{side: _summary(x[side]) for side in SIDES}}
                     for x in rs
                 ],
             }
         )
 
-    plain_tps = [r["plain"].decode_tps for r in records]
-    spec_tps = [r["selfspec"].decode_tps for r in records]
-    return {
-        "baseline_tps": median_ci(plain_tps)[0],
-        "selfspec_tps": median_ci(spec_tps)[0],
-        "baseline_e2e_tps": median_ci([r["plain"].e2e_tps for r in records])[0],
-        "selfspec_e2e_tps": median_ci([r["selfspec"].e2e_tps for r in records])[0],
-        "speedup": dec_med,
-        "speedup_ci": dec_ci,
-        "speedup_pooled": pooled("selfspec", "decode") / pooled("plain", "decode"),
-        "speedup_e2e": e2e_med,
-        "speedup_e2e_ci": e2e_ci,
-        "speedup_e2e_pooled": pooled("selfspec", "e2e") / pooled("plain", "e2e"),
-        "acceptance_rate": accepted / drafted if drafted else float("nan"),
-        "drafted_tokens": drafted,
-        "accepted_tokens": accepted,
-        "tokens_per_verify": spec_tokens / verify if verify else float("nan"),
-        "lossless": all(p["lossless"] for p in per_prompt),
-        "lossless_prompts": sum(p["lossless"] for p in per_prompt),
-        "peak_memory_gb": max(r["selfspec"].peak_memory_gb for r in records),
-        "baseline_peak_memory_gb": max(r["plain"].peak_memory_gb for r in records),
-        "pairs": len(records),
-        "per_prompt": per_prompt,
-    }
+    return PairedSummary(
+        baseline_tps=median_ci([r["baseline"].decode_tps for r in records])[0],
+        candidate_tps=median_ci([c.decode_tps for c in cand])[0],
+        baseline_e2e_tps=median_ci([r["baseline"].e2e_tps for r in records])[0],
+        candidate_e2e_tps=median_ci([c.e2e_tps for c in cand])[0],
+        speedup=dec_med,
+        speedup_ci=dec_ci,
+        speedup_pooled=pooled("candidate", "decode") / pooled("baseline", "decode"),
+        speedup_e2e=e2e_med,
+        speedup_e2e_ci=e2e_ci,
+        speedup_e2e_pooled=pooled("candidate", "e2e") / pooled("baseline", "e2e"),
+        acceptance_rate=acceptance(sum(c.drafted for c in cand), sum(c.accepted for c in cand)),
+        drafted_tokens=sum(c.drafted for c in cand),
+        accepted_tokens=sum(c.accepted for c in cand),
+        tokens_per_pass=sum(len(c.tokens) for c in cand) / passes if passes else float("nan"),
+        lossless=all(p["lossless"] for p in per_prompt),
+        lossless_prompts=sum(p["lossless"] for p in per_prompt),
+        peak_memory_gb=max(c.peak_memory_gb for c in cand),
+        baseline_peak_memory_gb=max(r["baseline"].peak_memory_gb for r in records),
+        pairs=len(records),
+        per_prompt=per_prompt,
+    )

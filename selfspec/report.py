@@ -28,15 +28,17 @@ COLUMNS = [
     "fallback",
     "draft_cost_ratio",
     "predicted_speedup",
+    "calibration_speedup",
+    "skip_basis",
     "baseline_tps",
-    "selfspec_tps",
+    "candidate_tps",
     "speedup",
     "speedup_ci_low",
     "speedup_ci_high",
     "speedup_pooled",
     "speedup_e2e",
     "acceptance_rate",
-    "tokens_per_verify",
+    "tokens_per_pass",
     "lossless",
     "peak_memory_gb",
     "blas",
@@ -177,14 +179,17 @@ def markdown_table(df: pd.DataFrame) -> str:
     ]
     cols = [
         "model", "strategy", "engine", "skip_fraction", "num_draft", "draft_length_used", "skipped",
-        "draft_cost_ratio", "baseline_tps", "selfspec_tps", "speedup", "predicted_speedup", "speedup_e2e",
-        "acceptance_rate", "tokens_per_verify", "lossless",
+        "draft_cost_ratio", "baseline_tps", "candidate_tps", "speedup", "predicted_speedup", "speedup_e2e",
+        "acceptance_rate", "tokens_per_pass", "lossless",
     ]
     return show[cols].to_markdown(index=False, floatfmt=".2f") + "\n"
 
 
-def summary_markdown(df: pd.DataFrame, cells: List[dict]) -> str:
+def summary_markdown(df: pd.DataFrame, cells: List[dict], noise: Optional[Dict[str, dict]] = None) -> str:
+    """The sweep in a page. `noise` holds each model's A/A cell (plain against plain): a speedup
+    inside its interval is not told apart from plain decoding."""
     env = cells[0]["environment"] if cells else {}
+    noise = noise or {}
     lines = ["# Self-speculative decoding sweep", ""]
     lines.append(
         f"{len(df)} cells; lossless (every token equal to mlx-lm's greedy output): "
@@ -202,21 +207,26 @@ def summary_markdown(df: pd.DataFrame, cells: List[dict]) -> str:
               "both measured back to back in one process; 95% bootstrap interval in brackets.", ""]
     lines += ["Best and worst are over cells that drafted; `auto` cells that fell back to plain",
               "decoding are listed apart (their ratio compares two plain decoders).", ""]
-    lines.append("| model | best cell | best speedup | worst cell | worst speedup | cells ≥ 1.0× | auto |")
-    lines.append("|---|---|---|---|---|---|---|")
+    lines += ["The noise floor is each model's A/A run: plain decoding timed against itself with the",
+              "same protocol; its median and interval show how far a ratio moves with no change at all.", ""]
+    lines.append("| model | noise floor (A/A) | best cell | best speedup | worst cell | worst speedup | cells ≥ 1.0× "
+                 "| auto |")
+    lines.append("|---|---|---|---|---|---|---|---|")
     for model, g in df.groupby("model"):
+        aa = noise.get(model)
+        aa_txt = f"{aa['speedup']:.2f}x [{aa['speedup_ci'][0]:.2f}, {aa['speedup_ci'][1]:.2f}]" if aa else "-"
         drafting = g[~g.fallback.astype(bool)]
         auto = g[g.strategy == "auto"]
         auto_txt = ", ".join(
             f"{'fell back' if r.fallback else 'drafted'} {r.speedup:.2f}x" for r in auto.itertuples()
         ) or "-"
         if not len(drafting):
-            lines.append(f"| {model} | - | - | - | - | 0 of 0 | {auto_txt} |")
+            lines.append(f"| {model} | {aa_txt} | - | - | - | - | 0 of 0 | {auto_txt} |")
             continue
         b = drafting.loc[drafting.speedup.idxmax()]
         w = drafting.loc[drafting.speedup.idxmin()]
         lines.append(
-            f"| {model} | {b.strategy}/{b.engine} skip {b.skip_fraction:g}, draft {b.draft_length_used} "
+            f"| {model} | {aa_txt} | {b.strategy}/{b.engine} skip {b.skip_fraction:g}, draft {b.draft_length_used} "
             f"| {b.speedup:.2f}x [{b.speedup_ci_low:.2f}, {b.speedup_ci_high:.2f}] "
             f"| {w.strategy}/{w.engine} skip {w.skip_fraction:g}, draft {w.draft_length_used} "
             f"| {w.speedup:.2f}x [{w.speedup_ci_low:.2f}, {w.speedup_ci_high:.2f}] "
@@ -232,7 +242,8 @@ def summary_markdown(df: pd.DataFrame, cells: List[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_sweep(cell_paths, csv_path, md_path, summary_path, profile_paths=(), require_lossless=False) -> pd.DataFrame:
+def write_sweep(cell_paths, csv_path, md_path, summary_path, profile_paths=(), require_lossless=False,
+                noise_paths=()) -> pd.DataFrame:
     """The sweep table (CSV and markdown) and the summary, each written atomically. With
     `require_lossless`, any divergent cell (e.g. one measured before the setting was turned
     on) fails the aggregation instead."""
@@ -249,5 +260,6 @@ def write_sweep(cell_paths, csv_path, md_path, summary_path, profile_paths=(), r
     with atomic.atomic_path(csv_path) as tmp:
         df.to_csv(tmp, index=False)
     atomic.write_text(md_path, markdown_table(df))
-    atomic.write_text(summary_path, summary_markdown(df, cells))
+    noise = {c["model"]: c for c in load_cells(noise_paths)}
+    atomic.write_text(summary_path, summary_markdown(df, cells, noise))
     return df

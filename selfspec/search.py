@@ -17,11 +17,10 @@ from .environment import environment
 from .generation import plain_stream
 from .knapsack import point_speedup
 from .loop import selfspec_loop
-from .measure import first_divergence, paired_runs
+from .measure import paired_runs, summarize
 from .models import load, model_parts
 from .latency import LatencyModel
 from .prompts import encoded_prompts, eos_ids
-from .stats import median_ci
 from .strategies import SkipPlan
 
 DRAFT_LENGTHS = (1, 2, 3, 4, 6, 8)
@@ -81,17 +80,14 @@ def run_search(model_path, prompt_set_path, calibration: Dict, profile: Dict, *,
         records = paired_runs(prompts, plain,
                               lambda p: selfspec_loop(parts, p, max_tokens, plan, k, threshold),
                               eos, repeats, warmup, log=lambda _: None)
-        ratios = [r["selfspec"].decode_tps / r["plain"].decode_tps for r in records]
-        med, ci = median_ci(ratios)
-        drafted = sum(r["selfspec"].drafted for r in records)
+        # Lossless here means: the same tokens as plain decoding in the same run.
+        s = summarize(records, {r["prompt_id"]: r["baseline"].tokens for r in records})
         row = {**cand, "num_draft": k, "predicted_speedup": cand["predicted_by_draft_length"][k],
-               "measured_speedup": med, "measured_ci": ci,
-               "acceptance_rate": sum(r["selfspec"].accepted for r in records) / drafted if drafted else None,
-               "identical_to_plain": all(first_divergence(r["selfspec"].tokens, r["plain"].tokens) is None
-                                         for r in records)}
+               "measured_speedup": s.speedup, "measured_ci": s.speedup_ci,
+               "acceptance_rate": s.acceptance_rate, "identical_to_plain": s.lossless}
         measured.append(row)
-        _log(f"budget {cand['budget']} k={k}: predicted {row['predicted_speedup']:.2f}x, measured {med:.2f}x "
-             f"[{ci[0]:.2f}, {ci[1]:.2f}], acceptance {row['acceptance_rate']}")
+        _log(f"budget {cand['budget']} k={k}: predicted {row['predicted_speedup']:.2f}x, measured {s.speedup:.2f}x "
+             f"[{s.speedup_ci[0]:.2f}, {s.speedup_ci[1]:.2f}], acceptance {row['acceptance_rate']}")
         return row
 
     for i, cand in enumerate(spread(ranked, candidates)):
@@ -120,7 +116,11 @@ def select_searched(search: Dict, skip_fraction: float, num_draft: int) -> Dict:
             and r["num_draft"] <= num_draft and r["identical_to_plain"]]
     n = search["n_layers"]
     if not fits:
-        return {"plan": SkipPlan(n), "num_draft": 0, "predicted_speedup": None, "fallback": True}
+        return {"plan": SkipPlan(n), "num_draft": 0, "predicted_speedup": None, "calibration_speedup": None,
+                "fallback": True}
     best = max(fits, key=lambda r: r["measured_speedup"])
+    # Two different numbers: the cost model's replayed prediction for this draft, and the speedup
+    # timed on the calibration prompts (the one it was picked on, so biased upward).
     return {"plan": SkipPlan(n, tuple((r["layer"], r["part"]) for r in best["skipped_sublayers"])),
-            "num_draft": best["num_draft"], "predicted_speedup": best["measured_speedup"], "fallback": False}
+            "num_draft": best["num_draft"], "predicted_speedup": best.get("predicted_speedup"),
+            "calibration_speedup": best["measured_speedup"], "fallback": False}

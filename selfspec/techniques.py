@@ -1,7 +1,8 @@
 """The side-by-side comparison of ways to read the weights less often per token.
 
-Rows per target model: plain decoding, self-speculation (best cell and the seeds'
-configuration) and two-model speculation (best and the seeds' draft length). Lossless
+Rows per target model: plain decoding (its A/A run: plain against plain, whose spread is
+the noise floor), self-speculation (best cell and the seeds' configuration) and two-model
+speculation (best and the seeds' draft length). Lossless
 techniques carry the plain model's quality, because their tokens equal the reference;
 a technique that is not lossless would need its own score.
 """
@@ -12,7 +13,7 @@ import pandas as pd
 
 COLUMNS = [
     "target", "technique", "config", "draft", "extra_weight_gb", "peak_memory_gb", "decode_tps", "speedup",
-    "speedup_ci_low", "speedup_ci_high", "quality", "tokens_per_target_pass", "acceptance_rate", "lossless",
+    "speedup_ci_low", "speedup_ci_high", "quality", "tokens_per_pass", "acceptance_rate", "lossless",
 ]
 
 
@@ -24,13 +25,13 @@ def _row(target, technique, config, cell, quality, extra_gb=0.0, draft="-") -> D
         "draft": draft,
         "extra_weight_gb": extra_gb,
         "peak_memory_gb": cell["peak_memory_gb"],
-        "decode_tps": cell["selfspec_tps"],
+        "decode_tps": cell["candidate_tps"],
         "speedup": cell["speedup"],
         "speedup_ci_low": cell["speedup_ci"][0],
         "speedup_ci_high": cell["speedup_ci"][1],
         # Lossless: the same tokens as plain decoding, so the same answers and score.
         "quality": quality if cell["lossless"] else float("nan"),
-        "tokens_per_target_pass": cell["tokens_per_verify"],
+        "tokens_per_pass": cell["tokens_per_pass"],
         "acceptance_rate": cell["acceptance_rate"],
         "lossless": cell["lossless"],
         "_cell": cell,
@@ -44,23 +45,20 @@ def _selfspec_label(c) -> str:
 
 
 def compare(selfspec_cells: List[Dict], specdec_cells: List[Dict], quality: Dict[str, Dict],
-            seeds: Optional[Dict] = None) -> List[Dict]:
+            seeds: Optional[Dict] = None, noise: Optional[Dict[str, Dict]] = None) -> List[Dict]:
+    """The rows of the comparison. `noise` holds each model's A/A cell (plain against plain, the
+    same protocol): the plain row's speedup and interval are that measured noise floor."""
     seeds = seeds or {}
+    noise = noise or {}
     rows = []
-    targets = sorted({c["model"] for c in specdec_cells} | {c["model"] for c in selfspec_cells})
+    targets = sorted({c["model"] for c in specdec_cells} | {c["model"] for c in selfspec_cells} | set(noise))
     for t in targets:
         own = [c for c in selfspec_cells if c["model"] == t]
         spec = [c for c in specdec_cells if c["model"] == t]
-        any_cell = (own or spec)[0]
         q = quality.get(t, {}).get("score", float("nan"))
-        plain_tps = pd.Series([c["baseline_tps"] for c in own + spec]).median()
-        rows.append({
-            "target": t, "technique": "plain", "config": "mlx-lm generate_step", "draft": "-",
-            "extra_weight_gb": 0.0, "peak_memory_gb": max(c["baseline_peak_memory_gb"] for c in own + spec),
-            "decode_tps": plain_tps, "speedup": 1.0, "speedup_ci_low": 1.0, "speedup_ci_high": 1.0, "quality": q,
-            "tokens_per_target_pass": 1.0, "acceptance_rate": float("nan"), "lossless": True,
-            "_cell": {**any_cell, "selfspec_tps": plain_tps, "technique": "plain"},
-        })
+        aa = noise.get(t)
+        if aa is not None:
+            rows.append(_row(t, "plain", "mlx-lm generate_step (A/A: plain against plain)", aa, q))
         # A fallback cell decodes plainly: it is not self-speculation, and its ratio is noise.
         drafting = [c for c in own if not c.get("fallback")]
         if drafting:
@@ -89,7 +87,7 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
     """Long form: one row per (technique row, prompt, repeat) with its decode tok/s."""
     out = []
     for r in rows:
-        side = "plain" if r["technique"] == "plain" else "selfspec"
+        side = "candidate"
         for pp in r["_cell"]["per_prompt"]:
             for run in pp["runs"]:
                 out.append({"target": r["target"], "technique": r["technique"], "config": r["config"],
@@ -99,12 +97,13 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
 
 
 def write_comparison(selfspec_paths, specdec_paths, quality_paths, csv_path, md_path, per_prompt_path,
-                     seeds=None) -> pd.DataFrame:
+                     seeds=None, noise_paths=()) -> pd.DataFrame:
     from .atomic import atomic_path, write_text
     from .report import load_cells
 
     quality = {q["model"]: q for q in load_cells(quality_paths)}
-    rows = compare(load_cells(selfspec_paths), load_cells(specdec_paths), quality, seeds)
+    noise = {c["model"]: c for c in load_cells(noise_paths)}
+    rows = compare(load_cells(selfspec_paths), load_cells(specdec_paths), quality, seeds, noise)
     df = pd.DataFrame([{k: r[k] for k in COLUMNS} for r in rows], columns=COLUMNS)
     with atomic_path(csv_path) as tmp:
         df.to_csv(tmp, index=False)

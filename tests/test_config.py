@@ -96,3 +96,23 @@ def test_good_config_plans(workdir):
     write_config(workdir, GOOD, "good.yaml")
     proc = snakemake(workdir, "-n", "--cores", "1", config="config/good.yaml")
     assert "selfspec_cell" in proc.stdout
+
+
+def test_schema_enums_match_the_registries(repo):
+    """A strategy or engine is added in its registry; the schema must list exactly those."""
+    import yaml
+
+    from selfspec.engines import ENGINES
+    from selfspec.strategies import STRATEGIES
+
+    schema = yaml.safe_load((repo / "config/schemas/config.schema.yaml").read_text())
+    s = schema["properties"]["selfspec"]["properties"]
+    strategy_enums = [s["strategies"]["items"]["enum"], s["per_strategy"]["propertyNames"]["enum"],
+                      s["per_model"]["additionalProperties"]["properties"]["strategies"]["items"]["enum"]]
+    engine_enums = [s["engines"]["items"]["enum"],
+                    s["per_strategy"]["additionalProperties"]["properties"]["engines"]["items"]["enum"],
+                    s["per_model"]["additionalProperties"]["properties"]["engines"]["items"]["enum"]]
+    for enum in strategy_enums:
+        assert tuple(enum) == STRATEGIES
+    for enum in engine_enums:
+        assert tuple(enum) == ENGINES

@@ -67,7 +67,7 @@ def test_selfspec_is_lossless(model, prompt, reference, plan_name, k, engine):
     out = timed_generation(stream, len(prompt))
     assert out.tokens == reference
     assert out.drafted > 0 and out.accepted <= out.drafted
-    assert out.verify_steps * (k + 1) >= len(out.tokens)
+    assert out.full_passes * (k + 1) >= len(out.tokens)
     if plan_name == "empty":
         assert out.accepted == out.drafted, "a draft equal to the model must be accepted every time"
     else:

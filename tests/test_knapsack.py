@@ -142,7 +142,7 @@ def test_replay_predicts_the_loops_rounds(planted):
                 # The first token comes from the prefill, not a round.
                 tokens += len(out.tokens) - 1
                 drafted += out.drafted
-                verifies += out.verify_steps - 1
+                verifies += out.full_passes - 1
             assert emitted / len(rounds) == pytest.approx(tokens / verifies, rel=0.15)
             assert sum(rounds) / len(rounds) == pytest.approx(drafted / verifies, rel=0.15)
 
@@ -157,7 +157,7 @@ def test_search_keeps_the_fastest_timed_draft_within_the_limits():
     search = {"n_layers": 6, "measured": [row(0.2, 2, 1.05, [1]), row(0.5, 4, 1.2, [1, 2]), row(0.4, 2, 1.3, [3], False)]}
     sel = select_searched(search, 0.6, 6)
     assert sel["plan"].skipped == ((1, "attention"), (2, "attention")) and sel["num_draft"] == 4
-    assert sel["predicted_speedup"] == 1.2  # the draft whose tokens differed is never chosen
+    assert sel["calibration_speedup"] == 1.2  # the draft whose tokens differed is never chosen
     sel = select_searched(search, 0.3, 3)
     assert sel["num_draft"] == 2 and sel["plan"].skipped == ((1, "attention"),) and not sel["fallback"]
     sel = select_searched(search, 0.1, 6)

@@ -64,7 +64,7 @@ def test_every_cell_is_written_lossless_and_complete(run):
     for p in paths:
         c = json.loads(p.read_text())
         for key in ("model", "strategy", "skip_fraction", "num_draft", "n_layers", "skipped_layers", "baseline_tps",
-                    "selfspec_tps", "speedup", "speedup_ci", "acceptance_rate", "tokens_per_verify", "lossless",
+                    "candidate_tps", "speedup", "speedup_ci", "acceptance_rate", "tokens_per_pass", "lossless",
                     "peak_memory_gb", "environment", "per_prompt", "engine"):
             assert key in c, f"{p} lacks {key}"
         assert c["lossless"] is True
@@ -73,6 +73,7 @@ def test_every_cell_is_written_lossless_and_complete(run):
             assert c["engine"] == "ours" and p.name.endswith("_ours.json")
             # search falls back only when it timed no draft within the cell's limits.
             assert c["predicted_speedup"] is not None or (c["strategy"] == "search" and c["fallback"])
+            assert (c["calibration_speedup"] is not None) == (c["strategy"] == "search" and not c["fallback"])
             layers = {r["layer"] for r in c["skipped_sublayers"]}
             assert 0 not in layers and 5 not in layers
             if c["fallback"]:
@@ -158,7 +159,8 @@ def test_search_times_frontier_drafts(run):
             assert not fits
         else:
             best = max(fits, key=lambda r: r["measured_speedup"])
-            assert cell["predicted_speedup"] == best["measured_speedup"]
+            assert cell["calibration_speedup"] == best["measured_speedup"]
+            assert cell["predicted_speedup"] == best["predicted_speedup"]
             assert cell["skipped_sublayers"] == best["skipped_sublayers"]
             assert cell["draft_length_used"] == best["num_draft"]
 

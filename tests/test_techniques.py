@@ -64,8 +64,8 @@ def test_tokenizer_mismatch_is_an_error(pair, tmp_path):
 
 def _cell(model, speedup, lossless=True, **kw):
     base = {"model": model, "speedup": speedup, "speedup_ci": [speedup - 0.1, speedup + 0.1], "lossless": lossless,
-            "selfspec_tps": 10 * speedup, "baseline_tps": 10.0, "peak_memory_gb": 1.0, "baseline_peak_memory_gb": 0.9,
-            "tokens_per_verify": 1.5, "acceptance_rate": 0.5, "per_prompt": [], "strategy": "middle",
+            "candidate_tps": 10 * speedup, "baseline_tps": 10.0, "peak_memory_gb": 1.0, "baseline_peak_memory_gb": 0.9,
+            "tokens_per_pass": 1.5, "acceptance_rate": 0.5, "per_prompt": [], "strategy": "middle",
             "engine": "mlx_lm", "skip_fraction": 0.2, "num_draft": 2}
     base.update(kw)
     return base
@@ -75,15 +75,19 @@ def test_comparison_has_one_row_per_technique_and_configuration():
     selfspec = [_cell("m", 0.8), _cell("m", 1.1, skip_fraction=0.1, num_draft=3)]
     spec = [_cell("m", 1.2, draft_model="d", extra_weight_gb=0.5, num_draft=2),
             _cell("m", 0.9, draft_model="d", extra_weight_gb=0.5, num_draft=4)]
+    # The plain row is the A/A run: plain against plain, its interval the noise floor.
+    aa = _cell("m", 1.01, technique="plain", acceptance_rate=None, tokens_per_pass=1.0)
     rows = compare(selfspec, spec, {"m": {"score": 0.6}},
                    seeds={"selfspec": {"strategy": "middle", "skip_fraction": 0.2, "num_draft": 2},
-                          "specdec": {"num_draft": 4}})
+                          "specdec": {"num_draft": 4}}, noise={"m": aa})
     techniques = [r["technique"] for r in rows]
     assert techniques == ["plain", "self-spec (best)", "self-spec (seeds' config)", "two-model (best)",
                           "two-model (seeds' config)"]
+    assert rows[0]["speedup"] == 1.01 and rows[0]["speedup_ci_low"] < 1.0 < rows[0]["speedup_ci_high"]
+    assert rows[0]["tokens_per_pass"] == 1.0 and rows[0]["acceptance_rate"] is None
     best = rows[1]
     assert best["speedup"] == 1.1 and best["quality"] == 0.6
     assert rows[3]["speedup"] == 1.2 and rows[3]["extra_weight_gb"] == 0.5
     # A technique that is not lossless gets no borrowed quality.
-    rows = compare([_cell("m", 1.3, lossless=False)], [], {"m": {"score": 0.6}})
+    rows = compare([_cell("m", 1.3, lossless=False)], [], {"m": {"score": 0.6}}, noise={"m": aa})
     assert rows[1]["quality"] != rows[1]["quality"]  # NaN

@@ -1,0 +1,17 @@
+import json
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from selfspec.cell import noise_cell, write_json
+
+result = noise_cell(
+    snakemake.input.model,
+    json.load(open(snakemake.input.reference)),
+    snakemake.input.prompts,
+    model_name=snakemake.wildcards.model,
+    max_tokens=snakemake.params.max_tokens,
+    repeats=snakemake.params.repeats,
+    warmup=snakemake.params.warmup,
+)
+write_json(result, snakemake.output[0])
