@@ -263,6 +263,17 @@ def test_quantized_hf_equals_saved_quantized_mlx(model, tmp_path):
     assert np.array_equal(logits(reloaded), logits(q))
 
 
+
+def test_load_with_tokenizer(model, tmp_path):
+    from tiny_models import write_tokenizer
+
+    from selfspec.diffusion.llada2 import load
+
+    d = write_hf(model, tmp_path / "hf")
+    write_tokenizer(d)
+    m, tok = load(d)
+    assert EOS_TOKEN_ID in tok.eos_token_ids and np.array_equal(logits(m), logits(model))
+
 # ---- sampler --------------------------------------------------------------------------------
 
 
