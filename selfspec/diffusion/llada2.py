@@ -195,15 +195,17 @@ def load_model(
     """
     from mlx_lm.utils import load_model as mlx_load_model, quantize_model
 
+    # Quantize from lazy weights, as mlx-lm's convert does, not after evaluating all bf16 weights (32 GB for mini).
     model, config = mlx_load_model(
-        _local_path(str(path_or_repo)), lazy=lazy, model_config=model_config, get_model_classes=model_classes
+        _local_path(str(path_or_repo)), lazy=lazy or bool(quantize), model_config=model_config,
+        get_model_classes=model_classes,
     )
     if quantize and "quantization" not in config:
         model, config = quantize_model(
             model, config, quantize.get("group_size", 64), quantize.get("bits", 4), mode=quantize.get("mode", "affine")
         )
-        if not lazy:
-            mx.eval(model.parameters())
+    if not lazy:
+        mx.eval(model.parameters())
     return model, config
 
 
