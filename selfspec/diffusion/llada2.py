@@ -1,0 +1,218 @@
+"""LLaDA2.0 (`model_type: llada2_moe`) in MLX, built from mlx-lm's `bailing_moe` blocks.
+
+LLaDA2.0 has Ling 2.0's (BailingMoeV2) tensor layout: fused QKV attention with per-head
+QK-norm and partial NeoX RoPE, a dense layer 0, then MoE layers of SwitchGLU experts plus a
+shared expert. What differs from `bailing_moe`, and is done here:
+- the forward takes an explicit attention mask (None = bidirectional), never a causal one;
+- the router runs in float32 and drops unselected expert groups with -inf (bailing_moe
+  writes 0, which a negative `expert_bias` lets outrank a kept expert);
+- config keys the real config.json omits default to LLaDA2's values, not Ling's.
+Loading goes through mlx-lm's `load_model(get_model_classes=...)`; mlx-lm is not patched.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models import bailing_moe
+
+MODEL_TYPE = "llada2_moe"
+MASK_TOKEN_ID = 156895  # `<|mask|>`: generate()'s default, absent from config.json
+EOS_TOKEN_ID = 156892  # `<|endoftext|>` (= pad_token_id): generate()'s default
+
+
+@dataclass
+class ModelArgs(bailing_moe.ModelArgs):
+    # Redeclared with LLaDA2's defaults: the real config.json omits these keys, and
+    # bailing_moe's defaults (no QK-norm, softmax, no bias) would build a different model.
+    use_qk_norm: bool = True
+    score_function: str = "sigmoid"
+    moe_router_enable_expert_bias: bool = True
+    head_dim: Optional[int] = None
+    mask_token_id: int = MASK_TOKEN_ID
+    eos_token_id: Optional[Union[int, List[int]]] = None
+    pad_token_id: Optional[int] = None
+
+    def __post_init__(self):
+        if self.eos_token_id is None:
+            self.eos_token_id = self.pad_token_id if self.pad_token_id is not None else EOS_TOKEN_ID
+        elif isinstance(self.eos_token_id, (list, tuple)):
+            # generate() takes one eos_id; the first listed is the end-of-text token.
+            self.eos_token_id = int(self.eos_token_id[0])
+        if self.score_function not in ("sigmoid", "softmax"):
+            raise ValueError(f"unknown score_function {self.score_function!r}")
+        # bailing_moe's attention derives head_dim from hidden/heads.
+        if self.head_dim is not None and self.head_dim * self.num_attention_heads != self.hidden_size:
+            raise ValueError(
+                f"head_dim {self.head_dim} != hidden_size/num_attention_heads "
+                f"({self.hidden_size}/{self.num_attention_heads}); not supported"
+            )
+
+
+def route(
+    logits: mx.array,
+    expert_bias: Optional[mx.array],
+    top_k: int,
+    n_group: int,
+    topk_group: int,
+    routed_scaling_factor: float,
+    score_function: str = "sigmoid",
+) -> Tuple[mx.array, mx.array]:
+    """Expert indices and float32 weights from router logits, as LLaDA2's HF gate does.
+
+    Selection uses the biased score s + expert_bias, limited to the `topk_group` groups
+    whose two best biased scores sum highest; weights come from the unbiased s of the
+    chosen experts, normalized (+1e-20) and scaled.
+    """
+    logits = logits.astype(mx.float32)
+    if score_function == "sigmoid":
+        scores = mx.sigmoid(logits)
+    else:
+        scores = mx.softmax(logits, axis=-1, precise=True)
+    choice = scores if expert_bias is None else scores + expert_bias.astype(mx.float32)
+    if n_group > 1 and topk_group < n_group:
+        grouped = mx.unflatten(choice, -1, (n_group, -1))
+        group_scores = mx.topk(grouped, 2, axis=-1).sum(axis=-1, keepdims=True)
+        drop = mx.argpartition(group_scores, kth=n_group - topk_group - 1, axis=-2)[..., : n_group - topk_group, :]
+        # -inf, not 0: a biased score can be negative, and a dropped expert must never win.
+        grouped = mx.put_along_axis(grouped, drop, mx.array(-mx.inf, mx.float32), axis=-2)
+        choice = mx.flatten(grouped, -2, -1)
+    inds = mx.argpartition(-choice, kth=top_k - 1, axis=-1)[..., :top_k]
+    weights = mx.take_along_axis(scores, inds, axis=-1)
+    if top_k > 1:  # the HF gate normalizes whenever top_k > 1 (norm_topk_prob is not read)
+        weights = weights / (weights.sum(axis=-1, keepdims=True) + 1e-20)
+    return inds, weights * routed_scaling_factor
+
+
+class Gate(bailing_moe.BailingMoeGate):
+    """bailing_moe's gate parameters (`gate_proj`, `expert_bias`) with LLaDA2's routing."""
+
+    def __call__(self, x):
+        # The HF gate multiplies in float32; a quantized gate_proj accepts float32 input too.
+        logits = self.gate_proj(x.astype(mx.float32))
+        return route(
+            logits, self.expert_bias, self.top_k, self.n_group, self.topk_group,
+            self.routed_scaling_factor, self.score_function,
+        )
+
+
+class DecoderLayer(bailing_moe.BailingMoeDecoderLayer):
+    def __init__(self, args: ModelArgs, layer_idx: int):
+        super().__init__(args, layer_idx)
+        # float32 weights make bailing's aggregation sum in float32, as HF's moe_infer does.
+        if isinstance(self.mlp, bailing_moe.BailingMoeSparseMoeBlock):
+            self.mlp.gate = Gate(args)
+
+
+class LLaDA2Model(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(args.vocab_size, args.hidden_size)
+        self.layers = [DecoderLayer(args, i) for i in range(args.num_hidden_layers)]
+        self.norm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
+
+    def __call__(self, inputs: mx.array, cache: Optional[List[Any]] = None, mask: Optional[mx.array] = None):
+        h = self.word_embeddings(inputs)
+        cache = cache if cache is not None else [None] * len(self.layers)
+        for layer, c in zip(self.layers, cache):
+            h = layer(h, mask, c)
+        return self.norm(h)
+
+
+class Model(bailing_moe.Model):
+    """LLaDA2 with bailing_moe's parameter names, sanitize and quantization predicates.
+
+    `model(inputs, cache=None, mask=None)` returns position-aligned logits (logit i
+    predicts token i). `mask` is None (every query sees every key: bidirectional), or a
+    boolean (True = attend) / additive array broadcastable to [B, heads, L, cached + L].
+    """
+
+    def __init__(self, args: ModelArgs):
+        nn.Module.__init__(self)  # bailing_moe.Model.__init__ would build its own stack
+        self.args = args
+        self.norm_head = args.norm_head
+        self.model_type = args.model_type
+        self.model = LLaDA2Model(args)
+        if not args.tie_word_embeddings:
+            self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+
+    def __call__(self, inputs: mx.array, cache: Optional[List[Any]] = None, mask: Optional[mx.array] = None):
+        out = self.model(inputs, cache, mask)
+        if self.args.tie_word_embeddings:
+            return self.model.word_embeddings.as_linear(out)
+        return self.lm_head(out)
+
+    def sanitize(self, weights: Dict[str, mx.array]) -> Dict[str, mx.array]:
+        """HF or MLX tensors to this module's names.
+
+        bailing_moe's sanitize stacks `mlp.experts.{e}.*` into `mlp.switch_mlp.*`. Ports
+        differ on the router's name (`mlp.gate.weight` raw in HF and some MLX ports,
+        `mlp.gate.gate_proj.*` in mlx-lm): every form lands on `gate_proj`.
+        """
+        out = {}
+        for k, v in weights.items():
+            if k.endswith("rotary_emb.inv_freq"):
+                continue
+            for part in ("weight", "scales", "biases"):
+                if k.endswith(f".mlp.gate.{part}"):
+                    k = k[: -len(part)] + "gate_proj." + part
+            out[k] = v
+        return super().sanitize(out)
+
+
+def model_classes(config: dict):
+    """`get_model_classes` for mlx-lm's loader: ours for llada2_moe, mlx-lm's otherwise."""
+    if config.get("model_type") == MODEL_TYPE:
+        return Model, ModelArgs
+    from mlx_lm.utils import _get_classes  # private, but the loader's own default
+
+    return _get_classes(config)
+
+
+def _local_path(path_or_repo: str) -> Path:
+    p = Path(path_or_repo)
+    if p.is_dir():
+        return p
+    from mlx_lm.utils import _download
+
+    return Path(_download(str(path_or_repo)))
+
+
+def load_model(
+    path_or_repo: Union[str, Path],
+    *,
+    quantize: Optional[Dict[str, Any]] = None,
+    model_config: Optional[Dict[str, Any]] = None,
+    lazy: bool = False,
+) -> Tuple[Model, dict]:
+    """Load an HF (unstacked experts) or MLX (stacked, maybe quantized) llada2_moe directory.
+
+    quantize: e.g. {"bits": 4, "group_size": 64}: quantize with mlx-lm's `quantize_model`
+      (router gate at 8 bits via bailing_moe's predicate) unless the checkpoint already is.
+    Returns the model and its config (with "quantization" when quantized).
+    """
+    from mlx_lm.utils import load_model as mlx_load_model, quantize_model
+
+    # Quantize from lazy weights, as mlx-lm's convert does, not after evaluating all bf16 weights (32 GB for mini).
+    model, config = mlx_load_model(
+        _local_path(str(path_or_repo)), lazy=lazy or bool(quantize), model_config=model_config,
+        get_model_classes=model_classes,
+    )
+    if quantize and "quantization" not in config:
+        model, config = quantize_model(
+            model, config, quantize.get("group_size", 64), quantize.get("bits", 4), mode=quantize.get("mode", "affine")
+        )
+    if not lazy:
+        mx.eval(model.parameters())
+    return model, config
+
+
+def load(path_or_repo: Union[str, Path], **kwargs):
+    """`load_model` plus mlx-lm's tokenizer, with LLaDA2's EOS as its end token."""
+    from mlx_lm.utils import load_tokenizer
+
+    model, config = load_model(path_or_repo, **kwargs)
+    tokenizer = load_tokenizer(_local_path(str(path_or_repo)), eos_token_ids=[model.args.eos_token_id])
+    return model, tokenizer

@@ -1,0 +1,390 @@
+"""LLaDA2 model, loading and block-diffusion sampler, on tiny random models (float32)."""
+
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+from mlx_lm.models import bailing_moe
+from mlx_lm.models.switch_layers import QuantizedSwitchLinear
+from mlx_lm.utils import save_config, save_model
+
+from selfspec.diffusion.llada2 import EOS_TOKEN_ID, MASK_TOKEN_ID, Model, ModelArgs, load_model, route
+from selfspec.diffusion.sampler import (
+    block_causal_mask,
+    diffusion_generate_step,
+    timed_diffusion,
+    transfer_schedule,
+)
+
+MASK, EOS, B = 95, 94, 8
+# A real config.json's keys; use_qk_norm, score_function, expert bias, mask and EOS ids are absent.
+HF_CONFIG = dict(
+    model_type="llada2_moe", architectures=["LLaDA2MoeModelLM"], hidden_size=64, intermediate_size=96,
+    max_position_embeddings=512, moe_intermediate_size=32, num_experts=8, num_shared_experts=1,
+    norm_topk_prob=True, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts_per_tok=2,
+    num_hidden_layers=3, rms_norm_eps=1e-6, rope_theta=100.0, vocab_size=96, first_k_dense_replace=1,
+    partial_rotary_factor=0.5, n_group=4, topk_group=2, routed_scaling_factor=2.5, use_qkv_bias=False,
+    use_bias=False, tie_word_embeddings=False, rope_scaling=None,
+)
+PROMPT = [(7 * i + 3) % 90 for i in range(16)]
+
+
+def build(seed=1, head_scale=1.0, attn_scale=3.0):
+    """A tiny LLaDA2 whose answers vary by position (stronger attention than the default init)."""
+    mx.random.seed(seed)
+    model = Model(ModelArgs.from_dict({**HF_CONFIG, "mask_token_id": MASK, "eos_token_id": EOS}))
+    model.model.word_embeddings.weight = mx.random.normal(model.model.word_embeddings.weight.shape)
+    for layer in model.model.layers:
+        layer.attention.query_key_value.weight = layer.attention.query_key_value.weight * attn_scale
+        layer.attention.dense.weight = layer.attention.dense.weight * attn_scale
+    for layer in model.model.layers[1:]:
+        layer.mlp.gate.expert_bias = mx.random.normal((8,)) * 0.1
+    model.lm_head.weight = model.lm_head.weight * head_scale
+    mx.eval(model.parameters())
+    return model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build()
+
+
+def trace(model, prompt=PROMPT, **kw):
+    kw = {"gen_length": 32, "block_length": B, "steps": B, "eos_id": -1, **kw}
+    steps = list(diffusion_generate_step(model, prompt, **kw))
+    return [t for s in steps for t in s.tokens], steps
+
+
+# ---- mask -----------------------------------------------------------------------------------
+
+
+def test_block_causal_mask_pattern():
+    m = np.array(block_causal_mask(5, 2))
+    expected = np.array(
+        [[1, 1, 0, 0, 0],
+         [1, 1, 0, 0, 0],
+         [1, 1, 1, 1, 0],
+         [1, 1, 1, 1, 0],
+         [1, 1, 1, 1, 1]], dtype=bool)
+    assert m.dtype == np.bool_ and (m == expected).all()
+    # Queries at positions 3..5 over keys 0..5: position 3 is in block 1 and cannot see block 2.
+    tail = np.array(block_causal_mask(3, 2, offset=3))
+    assert (tail == np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]], dtype=bool)).all()
+
+
+def test_mask_matches_reference_construction():
+    # The reference: tril(ones(blocks, blocks)) repeated block_length times on both axes, log()
+    # (0 / -inf), cut to the window [:end, :end].
+    P, gen, bl = 13, 20, 4
+    nb = -(-(P + gen) // bl)
+    with np.errstate(divide="ignore"):
+        ref = np.log(np.kron(np.tril(np.ones((nb, nb))), np.ones((bl, bl))))
+    for b in range(P // bl, nb):
+        end = (b + 1) * bl
+        assert (np.array(block_causal_mask(end, bl)) == (ref[:end, :end] == 0)).all()
+        for off in range(0, end, bl):
+            got = np.array(block_causal_mask(end - off, bl, offset=off))
+            assert (got == (ref[off:end, :end] == 0)).all()
+
+
+def test_forward_mask_forms(model):
+    x = mx.array([PROMPT + [MASK] * B])
+    bm = block_causal_mask(24, B)
+    a = model(x, mask=bm)
+    add = model(x, mask=mx.where(bm, 0.0, -mx.inf))
+    assert np.allclose(np.array(a), np.array(add), atol=1e-5)
+    # Block-causal: a token in block 2 cannot change block 0's logits; bidirectional (None): it does.
+    y = mx.array([PROMPT + [MASK] * 4 + [7] + [MASK] * 3])
+    assert np.array_equal(np.array(model(y, mask=bm)[0, :8]), np.array(a[0, :8]))
+    assert not np.allclose(np.array(model(y)[0, :8]), np.array(model(x)[0, :8]), atol=1e-4)
+
+
+def test_cached_block_pass_equals_full_window(model):
+    from mlx_lm.models.cache import make_prompt_cache
+
+    x = mx.array([PROMPT + [MASK] * B])
+    full = np.array(model(x, mask=block_causal_mask(24, B))[0, -B:])
+    cache = make_prompt_cache(model)
+    model(x[:, :16], cache=cache, mask=block_causal_mask(16, B))
+    assert np.allclose(np.array(model(x[:, 16:], cache=cache)[0]), full, atol=1e-4)
+    # Fused: the pending block 1 and block 2 in one pass; after trimming block 2 the cache
+    # holds blocks 0-1 exactly as a separate prefill would.
+    cache = make_prompt_cache(model)
+    model(x[:, :8], cache=cache, mask=block_causal_mask(8, B))
+    fused = model(x[:, 8:], cache=cache, mask=block_causal_mask(16, B, offset=8))[0, -B:]
+    assert np.allclose(np.array(fused), full, atol=1e-4)
+    for c in cache:
+        c.trim(B)
+    assert cache[0].offset == 16
+    assert np.allclose(np.array(model(x[:, 16:], cache=cache)[0]), full, atol=1e-4)
+
+
+# ---- router ---------------------------------------------------------------------------------
+
+
+def route_loop(x, W, bias, top_k=2, n_group=4, topk_group=2, scale=2.5):
+    """LLaDA2's HF gate, one token at a time in float64: {expert: weight} per token, and the
+    experts of the kept groups."""
+    out, kept = [], []
+    for row in x.astype(np.float64):
+        s = 1.0 / (1.0 + np.exp(-(W.astype(np.float64) @ row)))
+        c = s + bias
+        size = len(c) // n_group
+        group_score = [np.sort(c[g * size : (g + 1) * size])[-2:].sum() for g in range(n_group)]
+        keep = np.argsort(group_score)[::-1][:topk_group]
+        masked = np.full_like(c, -np.inf)
+        for g in keep:
+            masked[g * size : (g + 1) * size] = c[g * size : (g + 1) * size]
+        idx = np.argsort(masked)[::-1][:top_k]
+        w = s[idx] / (s[idx].sum() + 1e-20) * scale
+        out.append(dict(zip(idx.tolist(), w.tolist())))
+        kept.append({e for g in keep for e in range(g * size, (g + 1) * size)})
+    return out, kept
+
+
+def check_route(gate, x):
+    inds, w = gate(mx.array(x))
+    assert w.dtype == mx.float32
+    expected, kept = route_loop(x, np.array(gate.gate_proj.weight), np.array(gate.expert_bias))
+    for t, exp in enumerate(expected):
+        got = dict(zip(np.array(inds[t]).tolist(), np.array(w[t]).tolist()))
+        assert set(got) == set(exp), (t, got, exp)
+        assert np.allclose([got[e] for e in exp], list(exp.values()), rtol=1e-5)
+    return kept
+
+
+def test_router_matches_loop(model):
+    gate = model.model.layers[1].mlp.gate
+    check_route(gate, np.random.default_rng(0).normal(size=(16, 64)).astype(np.float32))
+
+
+def test_router_drops_groups_with_minus_inf():
+    gate = build().model.layers[2].mlp.gate
+    # Every biased score is negative, so a dropped group filled with 0 (bailing_moe) would beat
+    # every kept expert; filled with -inf it never can.
+    gate.expert_bias = mx.full((8,), -2.0) + mx.random.normal((8,)) * 0.01
+    x = np.random.default_rng(1).normal(size=(16, 64)).astype(np.float32)
+    kept = check_route(gate, x)
+    b_inds, _ = bailing_moe.group_expert_select(
+        gate.gate_proj(mx.array(x)), gate.expert_bias, 2, 4, 2, 2.5, True, "sigmoid"
+    )
+    assert any(not set(np.array(b_inds[t]).tolist()) <= kept[t] for t in range(len(x)))
+
+
+def test_moe_block_matches_loop(model):
+    moe = model.model.layers[1].mlp
+    x = np.random.default_rng(2).normal(size=(5, 64)).astype(np.float32)
+    got = np.array(moe(mx.array(x)[None])[0])
+    routes, _ = route_loop(x, np.array(moe.gate.gate_proj.weight), np.array(moe.gate.expert_bias))
+    g, u, d = (np.array(getattr(moe.switch_mlp, n).weight, dtype=np.float64) for n in ("gate_proj", "up_proj", "down_proj"))
+    sg, su, sd = (np.array(getattr(moe.shared_experts, n).weight, dtype=np.float64) for n in ("gate_proj", "up_proj", "down_proj"))
+
+    def glu(wg, wu, wd, v):
+        a = wg @ v
+        return wd @ (a / (1 + np.exp(-a)) * (wu @ v))
+
+    for t, row in enumerate(x.astype(np.float64)):
+        want = sum(w * glu(g[e], u[e], d[e], row) for e, w in routes[t].items()) + glu(sg, su, sd, row)
+        assert np.allclose(got[t], want, atol=1e-4)
+
+
+# ---- config and loading ---------------------------------------------------------------------
+
+
+def test_config_defaults():
+    a = ModelArgs.from_dict(HF_CONFIG)
+    assert (a.use_qk_norm, a.score_function, a.moe_router_enable_expert_bias) == (True, "sigmoid", True)
+    assert (a.mask_token_id, a.eos_token_id) == (MASK_TOKEN_ID, EOS_TOKEN_ID) == (156895, 156892)
+    assert ModelArgs.from_dict({**HF_CONFIG, "pad_token_id": 5}).eos_token_id == 5
+    assert ModelArgs.from_dict({**HF_CONFIG, "eos_token_id": [7, 8]}).eos_token_id == 7
+    with pytest.raises(ValueError):
+        ModelArgs.from_dict({**HF_CONFIG, "head_dim": 32})
+
+
+def write_hf(model, out):
+    """HF layout: one tensor per expert, the router as `mlp.gate.weight`, a real-style config."""
+    out.mkdir()
+    hf = {}
+    for k, v in tree_flatten(model.parameters()):
+        if ".mlp.switch_mlp." in k:
+            pre, rest = k.split(".mlp.switch_mlp.")
+            hf.update({f"{pre}.mlp.experts.{e}.{rest}": v[e] for e in range(v.shape[0])})
+        elif k.endswith(".mlp.gate.gate_proj.weight"):
+            hf[k.replace(".gate_proj.weight", ".weight")] = v
+        else:
+            hf[k] = v
+    assert "model.layers.1.mlp.experts.7.down_proj.weight" in hf and "model.layers.1.mlp.gate.expert_bias" in hf
+    mx.save_safetensors(str(out / "model-00001-of-00001.safetensors"), hf)
+    (out / "config.json").write_text(json.dumps(HF_CONFIG))
+    return out
+
+
+def write_mlx(model, out, raw_gate=False):
+    """MLX layout (stacked experts) as mlx-lm saves it; raw_gate names the router
+    `mlp.gate.weight` as some MLX ports do."""
+    save_model(out, model)
+    if raw_gate:
+        (f,) = out.glob("model*.safetensors")
+        w = mx.load(str(f))
+        w = {k.replace(".mlp.gate.gate_proj.weight", ".mlp.gate.weight"): v for k, v in w.items()}
+        mx.save_safetensors(str(f), w)
+    save_config({**HF_CONFIG, "mask_token_id": MASK}, out / "config.json")
+    return out
+
+
+def logits(model):
+    x = mx.array([PROMPT + [MASK] * B])
+    return np.array(model(x, mask=block_causal_mask(24, B)))
+
+
+def test_hf_and_mlx_layouts_load_to_same_logits(model, tmp_path):
+    want = logits(model)
+    hf, _ = load_model(write_hf(model, tmp_path / "hf"))
+    mlx_, _ = load_model(write_mlx(model, tmp_path / "mlx"))
+    port, _ = load_model(write_mlx(model, tmp_path / "port", raw_gate=True))
+    for m in (hf, mlx_, port):
+        assert m.args.use_qk_norm and m.args.moe_router_enable_expert_bias
+        assert np.array_equal(logits(m), want)
+
+
+def test_quantized_hf_equals_saved_quantized_mlx(model, tmp_path):
+    q, cfg = load_model(write_hf(model, tmp_path / "hf"), quantize={"bits": 4, "group_size": 32})
+    moe = q.model.layers[1].mlp
+    assert isinstance(moe.switch_mlp.gate_proj, QuantizedSwitchLinear) and moe.switch_mlp.gate_proj.bits == 4
+    assert moe.gate.gate_proj.bits == 8  # bailing_moe's predicate keeps the router at 8 bits
+    assert moe.gate.expert_bias.dtype == mx.float32
+    assert not np.array_equal(logits(q), logits(model))
+    save_model(tmp_path / "q", q)
+    save_config(cfg, tmp_path / "q" / "config.json")
+    reloaded, rcfg = load_model(tmp_path / "q", quantize={"bits": 8})  # already quantized: kept as is
+    assert rcfg["quantization"]["bits"] == 4
+    assert np.array_equal(logits(reloaded), logits(q))
+
+
+
+def test_load_with_tokenizer(model, tmp_path):
+    from tiny_models import write_tokenizer
+
+    from selfspec.diffusion.llada2 import load
+
+    d = write_hf(model, tmp_path / "hf")
+    write_tokenizer(d)
+    m, tok = load(d)
+    assert EOS_TOKEN_ID in tok.eos_token_ids and np.array_equal(logits(m), logits(model))
+
+# ---- sampler --------------------------------------------------------------------------------
+
+
+def test_transfer_schedule():
+    assert transfer_schedule(32, 32) == [1] * 32
+    assert transfer_schedule(8, 3) == [3, 3, 2]
+
+
+@pytest.mark.parametrize("prompt_len", [5, 13, 16])
+@pytest.mark.parametrize("head_scale", [1.0, 32.0])
+def test_cached_and_uncached_sampling_identical(prompt_len, head_scale):
+    model = build(head_scale=head_scale)
+    prompt = PROMPT[:prompt_len]
+    ref, ref_steps = trace(model, prompt, gen_length=27, use_cache=False)
+    assert len(ref) == 27 and len(set(ref)) >= 3
+    for fuse in (True, False):
+        got, steps = trace(model, prompt, gen_length=27, fuse_commit=fuse)
+        assert got == ref
+        den = [s for s in steps if s.kind == "denoise"]
+        assert [s.positions for s in den] == [s.positions for s in ref_steps]
+        blocks = {s.block for s in den}
+        extra = (prompt_len >= B) + (0 if fuse else len(blocks) - 1)
+        assert steps[-1].denoise_passes == len(den) and steps[-1].model_calls == len(den) + extra
+    if head_scale > 1:  # confident enough that some pass commits several tokens
+        assert max(len(s.positions) for s in ref_steps) > 1
+
+
+def test_released_tokens_are_the_committed_prefix(model):
+    toks, steps = trace(model)
+    done, n = set(), 0
+    for s in steps:
+        done |= set(s.positions)
+        n += len(s.tokens)
+        prefix = 0
+        while prefix in done:
+            prefix += 1
+        assert n == min(prefix, 32)
+
+
+def test_confident_model_commits_whole_block_per_pass():
+    model = build()
+    # Logits +-c*h[0] for tokens 10 and 11, 0 elsewhere: one of the two is near-certain everywhere.
+    w = np.zeros((96, 64), np.float32)
+    w[10, 0], w[11, 0] = 1e4, -1e4
+    model.lm_head.weight = mx.array(w)
+    st = timed_diffusion(model, PROMPT, gen_length=32, block_length=B, eos_id=-1)
+    assert st.committed_per_pass == [B] * 4 and st.tokens_per_pass == B
+    # Nothing is strictly above a threshold of 1: the fallback commits one token per pass.
+    st1 = timed_diffusion(model, PROMPT, gen_length=32, block_length=B, eos_id=-1, threshold=1.0)
+    assert st1.committed_per_pass == [1] * 32
+
+
+def test_unsure_model_commits_one_per_pass():
+    model = build(head_scale=1e-3)
+    st = timed_diffusion(model, PROMPT[:13], gen_length=19, block_length=B, eos_id=-1)
+    # Prompt tail fills 5 of block 1, so 3 + 8 + 8 masks are denoised: one pass each.
+    assert st.committed_per_pass == [1] * 19 and len(st.tokens) == 19
+    # Fewer steps than block positions: the schedule commits block_length/steps per pass.
+    st2 = timed_diffusion(model, PROMPT, gen_length=16, block_length=B, steps=2, eos_id=-1)
+    assert st2.committed_per_pass == [4] * 4
+
+
+def test_threshold_commits_exactly_the_confident_positions(model):
+    x = mx.array([PROMPT + [MASK] * B])
+    lg = model(x, mask=block_causal_mask(24, B))[0, -B:].astype(mx.float32)
+    assert not (np.array(mx.argmax(lg, axis=-1)) == MASK).any()
+    p = np.array(mx.softmax(lg, axis=-1).max(axis=-1))
+    order = np.sort(p)
+    assert order[-4] - order[-5] > 1e-4
+    thr = (order[-4] + order[-5]) / 2
+    stream = diffusion_generate_step(model, PROMPT, gen_length=32, block_length=B, threshold=thr, eos_id=-1)
+    first = next(s for s in stream if s.kind == "denoise")
+    assert sorted(first.positions) == sorted(np.flatnonzero(p > thr).tolist()) and len(first.positions) == 4
+
+
+def eos_cases():
+    """For a model that sometimes commits several tokens per pass: the answer without EOS,
+    its denoising passes, and per candidate EOS (a token first seen at answer offset k, not in
+    the prompt) the passes the reference would run without and with early stop."""
+    model = build(head_scale=8.0)
+    full, steps = trace(model)
+    den = [s for s in steps if s.kind == "denoise"]
+    cases = []
+    for k, t in enumerate(full):
+        if t in full[:k] or t in PROMPT:
+            continue
+        block = (len(PROMPT) + k) // B
+        block_end = sum(s.block <= block for s in den)  # the block holding EOS is finished
+        done, early, prefix_done = set(), None, None
+        for i, s in enumerate(den):
+            done |= set(s.positions)
+            if prefix_done is None and set(range(k + 1)) <= done:
+                prefix_done = i + 1
+            # Early stop fires only on a pass that commits an EOS, once nothing before the first
+            # EOS is masked.
+            if any(full[q] == t for q in s.positions) and prefix_done is not None:
+                early = i + 1
+                break
+        cases.append((k, t, block_end, min(early or block_end, block_end), prefix_done))
+    return model, full, cases
+
+
+def test_eos_truncates_and_stops_as_the_reference():
+    model, full, cases = eos_cases()
+    assert len(full) == 32 and len(cases) >= 3
+    for k, t, block_end, early, _ in cases:
+        for early_stop, passes in ((False, block_end), (True, early)):
+            toks, steps = trace(model, eos_id=t, eos_early_stop=early_stop)
+            assert toks == full[: k + 1] and toks.count(t) == 1
+            assert steps[-1].denoise_passes == passes, (k, early_stop)
+    # Both sides of the reference's rule are exercised: an early stop inside a block, and a
+    # prefix completed by a pass that commits no EOS (so no stop until the block ends).
+    assert any(e < b for _, _, b, e, _ in cases)
+    assert any(p < e for _, _, _, e, p in cases)
