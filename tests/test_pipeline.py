@@ -69,6 +69,8 @@ def test_every_cell_is_written_lossless_and_complete(run):
             assert key in c, f"{p} lacks {key}"
         assert c["lossless"] is True
         assert c["n_layers"] == 6
+        assert c["skip_basis"] == ("share of layers skipped" if c["strategy"] == "middle"
+                                   else "most of the skippable per-token time skipped")
         if c["strategy"] in ("knapsack", "auto", "search"):
             assert c["engine"] == "ours" and p.name.endswith("_ours.json")
             # search falls back only when it timed no draft within the cell's limits.
@@ -81,13 +83,25 @@ def test_every_cell_is_written_lossless_and_complete(run):
                 assert not c["skipped_sublayers"]
         assert c["speedup_ci"][0] <= c["speedup"] <= c["speedup_ci"][1]
         # The dynamic draft length is a setting of our loop only.
-        assert c["draft_threshold"] == (0.6 if c["engine"] == "ours" else None)
+        assert c.get("draft_threshold") == (0.6 if c["engine"] == "ours" else None)
         assert c["auto_margin"] == (0.05 if c["strategy"] == "auto" else None)
         for pp in c["per_prompt"]:
             assert pp["lossless"] and pp["first_divergence"] is None and pp["prompt_tokens"] > 0
             assert pp["tokens"] == pp["tokens"][:12] and len(pp["tokens"]) >= 1
         for k in ("chip", "os", "backend_device", "mlx", "mlx_lm", "config_hash", "blas"):
             assert k in c["environment"]
+
+
+def test_noise_floor_is_measured_plain_against_plain(run):
+    d, _ = run
+    for model in ("tiny", "tiny-q4"):
+        aa = json.loads((d / f"results/noise/{model}.json").read_text())
+        assert aa["technique"] == "plain" and aa["lossless"] and aa["acceptance_rate"] is None
+        assert aa["tokens_per_pass"] == 1.0 and aa["drafted_tokens"] == 0
+        lo, hi = aa["speedup_ci"]
+        assert lo <= aa["speedup"] <= hi and lo != hi  # a measured spread, not 1.0 written down
+    summary = (d / "results/summary.md").read_text()
+    assert "noise floor (A/A)" in summary
 
 
 def test_quantized_model_was_converted(run):
@@ -207,8 +221,8 @@ def test_changing_one_model_reruns_only_that_model(run):
     jobs = planned_jobs(d, config="config/changed.yaml")
     n = len(SKIPS) * len(DRAFTS) + 3
     assert jobs == {"quantize_model": 1, "reference_outputs": 1, "profile_model": 1, "calibrate_model": 1,
-                    "search_model": 1, "plot_profile": 1, "selfspec_cell": n, "aggregate": 1, "plot_selfspec": 1,
-                    "plot_adaptive": 1, "all": 1}
+                    "search_model": 1, "plot_profile": 1, "selfspec_cell": n, "noise_floor": 1, "aggregate": 1,
+                    "plot_selfspec": 1, "plot_adaptive": 1, "all": 1}
 
 
 def test_study_plans_the_seeds_cells(repo):
