@@ -9,10 +9,10 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from selfspec.config import ConfigError, check_config, format_skip, grid_models, schema_errors, timing_blas
-from selfspec.guards import guard_environment
-from selfspec.engines import REGISTRY as ENGINE_REGISTRY
-from selfspec.strategies import ADAPTIVE, REGISTRY as STRATEGY_REGISTRY
+from selfspec.pipeline.config import ConfigError, check_config, format_skip, grid_models, schema_errors, timing_blas
+from selfspec.core.guards import guard_environment
+from selfspec.layerskip.engines import REGISTRY as ENGINE_REGISTRY
+from selfspec.layerskip.strategies import ADAPTIVE, REGISTRY as STRATEGY_REGISTRY
 
 SCHEMA = Path(workflow.basedir) / "config" / "schemas" / "config.schema.yaml"
 try:
@@ -23,7 +23,7 @@ except WorkflowError:
 check_config(config, workflow.basedir)
 
 
-# The grid's models: selfspec.models, else all but the two-model drafts.
+# The grid's models: selfspec.core.models, else all but the two-model drafts.
 GRID_MODELS = grid_models(config)
 STRATEGIES = config["selfspec"]["strategies"]
 

@@ -2,7 +2,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.report import write_sweep
+from selfspec.report.tables import write_sweep
 
 write_sweep(
     snakemake.input.cells,

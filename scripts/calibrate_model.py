@@ -3,8 +3,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.calibrate import run_calibration
-from selfspec.cell import write_json
+from selfspec.layerskip.calibrate import run_calibration
+from selfspec.core.atomic import write_json
 
 result = run_calibration(
     snakemake.input.model,

@@ -2,7 +2,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.techniques import write_comparison
+from selfspec.report.techniques import write_comparison
 
 write_comparison(
     snakemake.input.selfspec,

@@ -3,7 +3,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.fetch import fetch
+from selfspec.core.fetch import fetch
 
 info = fetch(snakemake.wildcards.model, snakemake.params.source, snakemake.params.basedir,
              log=lambda msg: print(msg, file=sys.stderr, flush=True))

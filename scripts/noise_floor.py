@@ -3,7 +3,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.cell import noise_cell, write_json
+from selfspec.measure.reference import noise_cell, write_json
 
 result = noise_cell(
     snakemake.input.model,

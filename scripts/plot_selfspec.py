@@ -5,8 +5,8 @@ sys.stderr = open(snakemake.log[0], "w")
 
 import pandas as pd
 
-from selfspec.plots import acceptance_vs_cost, speedup_heatmap, speedup_vs_skip
-from selfspec.latency import LatencyModel
+from selfspec.report.plots import acceptance_vs_cost, speedup_heatmap, speedup_vs_skip
+from selfspec.layerskip.latency import LatencyModel
 
 df = pd.read_csv(snakemake.input.table)
 profiles = [json.load(open(f)) for f in snakemake.input.profiles]

@@ -4,7 +4,7 @@ sys.stderr = open(snakemake.log[0], "w")
 
 import pandas as pd
 
-from selfspec.plots import techniques_speedup, techniques_spread
+from selfspec.report.plots import techniques_speedup, techniques_spread
 
 techniques_speedup(pd.read_csv(snakemake.input.table), snakemake.output.speedup)
 techniques_spread(pd.read_csv(snakemake.input.per_prompt), snakemake.output.spread)

@@ -2,7 +2,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.cell import write_json
+from selfspec.core.atomic import write_json
 from selfspec.quality import score_model
 
 result = score_model(

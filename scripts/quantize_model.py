@@ -3,7 +3,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.fetch import prepare
+from selfspec.core.fetch import prepare
 
 src = json.load(open(snakemake.input[0]))
 info = prepare(snakemake.wildcards.model, src["path"], snakemake.params.quantize, snakemake.output[0],

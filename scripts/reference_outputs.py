@@ -2,7 +2,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.cell import reference_outputs, write_json
+from selfspec.measure.reference import reference_outputs, write_json
 
 result = reference_outputs(
     snakemake.input.model,

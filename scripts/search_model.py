@@ -3,8 +3,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.cell import write_json
-from selfspec.search import run_search
+from selfspec.core.atomic import write_json
+from selfspec.layerskip.search import run_search
 
 p = snakemake.params
 result = run_search(

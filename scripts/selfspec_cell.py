@@ -3,7 +3,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.cell import selfspec_cell, write_json
+from selfspec.layerskip.cell import selfspec_cell
+from selfspec.measure.reference import write_json
 
 
 def read(name):

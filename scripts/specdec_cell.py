@@ -3,7 +3,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.cell import specdec_cell, write_json
+from selfspec.twomodel.cell import specdec_cell
+from selfspec.measure.reference import write_json
 
 result = specdec_cell(
     snakemake.input.model,

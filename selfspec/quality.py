@@ -13,10 +13,10 @@ from typing import Dict, List
 import mlx.core as mx
 import yaml
 
-from .environment import environment
-from .generation import plain_stream, timed_generation
-from .models import load
-from .prompts import PROMPT_FORMATS, encode_prompt, eos_ids
+from .core.environment import environment
+from .measure.streams import plain_stream, timed_generation
+from .core.models import load
+from .core.prompts import PROMPT_FORMATS, encode_prompt, eos_ids
 
 
 def load_questions(path) -> Dict:

@@ -102,8 +102,8 @@ def test_schema_enums_match_the_registries(repo):
     """A strategy or engine is added in its registry; the schema must list exactly those."""
     import yaml
 
-    from selfspec.engines import ENGINES
-    from selfspec.strategies import STRATEGIES
+    from selfspec.layerskip.engines import ENGINES
+    from selfspec.layerskip.strategies import STRATEGIES
 
     schema = yaml.safe_load((repo / "config/schemas/config.schema.yaml").read_text())
     s = schema["properties"]["selfspec"]["properties"]

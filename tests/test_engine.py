@@ -4,11 +4,11 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from selfspec.forward import LayerSkipDraft, forward
-from selfspec.generation import mlx_lm_selfspec_stream, plain_stream, timed_generation
-from selfspec.loop import plain_loop, selfspec_loop
-from selfspec.models import UnsupportedModelError, model_parts
-from selfspec.strategies import SkipPlan, make_plan
+from selfspec.layerskip.forward import LayerSkipDraft, forward
+from selfspec.measure.streams import mlx_lm_selfspec_stream, plain_stream, timed_generation
+from selfspec.layerskip.loop import plain_loop, selfspec_loop
+from selfspec.core.models import UnsupportedModelError, model_parts
+from selfspec.layerskip.strategies import SkipPlan, make_plan
 from tiny_models import build_model, make_args
 
 MAX = 40

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from selfspec.fetch import FetchError, fetch, prepare
+from selfspec.core.fetch import FetchError, fetch, prepare
 from tiny_models import write_model_dir
 
 
@@ -26,7 +26,7 @@ def test_local_directory_without_config_is_named(tmp_path):
 
 def test_unreachable_hub_names_the_model_and_the_offline_default():
     code = (
-        "from selfspec.fetch import fetch\n"
+        "from selfspec.core.fetch import fetch\n"
         "fetch('qwen', 'selfspec-test/does-not-exist-anywhere')\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}

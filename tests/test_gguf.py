@@ -8,11 +8,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from selfspec.fetch import FetchError, fetch, prepare
-from selfspec.generation import plain_stream, timed_generation
-from selfspec.gguf import read_gguf
-from selfspec.integrity import IntegrityError
-from selfspec.models import load
+from selfspec.core.fetch import FetchError, fetch, prepare
+from selfspec.measure.streams import plain_stream, timed_generation
+from selfspec.core.gguf import read_gguf
+from selfspec.core.integrity import IntegrityError
+from selfspec.core.models import load
 from tiny_models import dequantized_copy, write_gguf, write_model_dir
 
 QUANT = {"token_embd": "Q8_0", "attn_": "Q4_1", "ffn_": "Q4_1"}

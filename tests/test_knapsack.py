@@ -3,13 +3,13 @@
 import mlx.core as mx
 import pytest
 
-from selfspec.calibrate import select_plan
-from selfspec.generation import plain_stream, timed_generation
-from selfspec.knapsack import draft_cost_needed, frontier, point_speedup, predicted_speedup, simulate_rounds
-from selfspec.loop import selfspec_loop
-from selfspec.models import model_parts
-from selfspec.profile import LatencyModel, heldout_error, profile_model
-from selfspec.strategies import SkipPlan, make_plan
+from selfspec.layerskip.calibrate import select_plan
+from selfspec.measure.streams import plain_stream, timed_generation
+from selfspec.layerskip.knapsack import draft_cost_needed, frontier, point_speedup, predicted_speedup, simulate_rounds
+from selfspec.layerskip.loop import selfspec_loop
+from selfspec.core.models import model_parts
+from selfspec.layerskip.profile import LatencyModel, heldout_error, profile_model
+from selfspec.layerskip.strategies import SkipPlan, make_plan
 from tiny_models import build_model, make_args
 
 N = 10
@@ -148,7 +148,7 @@ def test_replay_predicts_the_loops_rounds(planted):
 
 
 def test_search_keeps_the_fastest_timed_draft_within_the_limits():
-    from selfspec.search import select_searched
+    from selfspec.layerskip.search import select_searched
 
     def row(frac, k, speed, layers, same=True):
         return {"budget_fraction": frac, "num_draft": k, "measured_speedup": speed, "identical_to_plain": same,
@@ -167,7 +167,7 @@ def test_search_keeps_the_fastest_timed_draft_within_the_limits():
 def test_in_context_costs_rank_a_wide_mlp_above_attention():
     """Inside a real forward, a 32x-wide MLP costs more than attention over a short context,
     and the fitted model carries that ratio into the knapsack's weights."""
-    from selfspec.profile import passes_at_context
+    from selfspec.layerskip.profile import passes_at_context
 
     model = build_model(make_args("llama", layers=6, hidden=128, vocab=300, intermediate_size=4096), seed=0)
     ic = passes_at_context(model_parts(model), 16, (1, 2), repeats=30)["in_context"]
@@ -182,7 +182,7 @@ def test_in_context_costs_rank_a_wide_mlp_above_attention():
 
 
 def test_search_spreads_its_candidates_over_the_budgets():
-    from selfspec.search import spread
+    from selfspec.layerskip.search import spread
 
     ranked = [{"budget": b, "predicted_speedup": 1.0 + (b % 5) / 10} for b in range(1, 21)]
     picks = spread(ranked, 4)

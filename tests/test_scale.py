@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from selfspec.report import DRIFT_BOUND, MAX_LISTED, plain_drift, summary_markdown, sweep_table, write_sweep
+from selfspec.report.tables import DRIFT_BOUND, MAX_LISTED, plain_drift, summary_markdown, sweep_table, write_sweep
 from workflow import REPO, copy_workflow, planned_jobs, write_config
 
 PROMPTS = ["parse_args", "lru_class", "read_config", "loop_dict"]
@@ -121,7 +121,7 @@ def test_thousand_cells_aggregate_in_seconds(tmp_path):
     out = tmp_path / "out"
     # Timed apart: the one-time import behind the profile's cost model (mlx-lm, seconds cold).
     t0 = time.perf_counter()
-    import selfspec.profile  # noqa: F401
+    import selfspec.layerskip.profile  # noqa: F401
 
     print(f"import of the cost model: {time.perf_counter() - t0:.2f} s")
     t0 = time.perf_counter()

@@ -3,9 +3,10 @@
 
 import pytest
 
-from selfspec.cell import reference_outputs, specdec_cell
+from selfspec.measure.reference import reference_outputs
+from selfspec.twomodel.cell import specdec_cell
 from selfspec.quality import is_correct, load_questions, score_answers
-from selfspec.techniques import compare
+from selfspec.report.techniques import compare
 from tiny_models import write_model_dir, write_tokenizer
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .atomic import atomic_path
-from .strategies import ADAPTIVE
+from ..core.atomic import atomic_path
+from ..layerskip.strategies import ADAPTIVE
 
 DPI = 120
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional
 
 from .atomic import atomic_dir
-from .config import PYPI_SOURCE, source_dir, source_file
+from ..pipeline.config import PYPI_SOURCE, source_dir, source_file
 from .integrity import check_gguf, check_model_dir
 
 WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.py", "*.model", "*.tiktoken", "*.txt", "*.jinja"]

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Tuple
 
 import mlx.core as mx
 
-from .models import ModelParts
+from ..core.models import ModelParts
 from .latency import LatencyModel
 
 SIM_THRESHOLD = 0.5  # KnapSpec prunes states whose mean cosine falls below this

@@ -98,8 +98,8 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
 
 def write_comparison(selfspec_paths, specdec_paths, quality_paths, csv_path, md_path, per_prompt_path,
                      seeds=None, noise_paths=()) -> pd.DataFrame:
-    from .atomic import atomic_path, write_text
-    from .report import load_cells
+    from ..core.atomic import atomic_path, write_text
+    from .tables import load_cells
 
     quality = {q["model"]: q for q in load_cells(quality_paths)}
     noise = {c["model"]: c for c in load_cells(noise_paths)}

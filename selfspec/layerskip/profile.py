@@ -23,7 +23,7 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from .forward import forward
 from .latency import LatencyModel, interpolate
-from .models import model_parts
+from ..core.models import model_parts
 from .strategies import SkipPlan
 
 
@@ -102,7 +102,7 @@ def plain_token_share(parts, context: int, tokens: int = 32, repeats: int = 5) -
     """mlx-lm's plain decoding, seconds per token, as a share of one synchronous one-token
     pass timed right after it (alternating, median of the ratios). Plain decoding builds the
     next step's graph while the current one computes, so this is below 1."""
-    from .generation import plain_stream, timed_generation
+    from ..measure.streams import plain_stream, timed_generation
 
     prompt = mx.arange(context, dtype=mx.uint32) % 100 + 1
     timed_generation(lambda: plain_stream(parts.model, prompt, 8), context)

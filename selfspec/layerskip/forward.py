@@ -10,7 +10,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
 
-from .models import ModelParts, model_parts
+from ..core.models import ModelParts, model_parts
 from .strategies import SkipPlan
 
 

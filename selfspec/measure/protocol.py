@@ -13,8 +13,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import mlx.core as mx
 
-from .generation import GenerationStats, TokenStream, timed_generation
-from .stats import median_ci
+from .streams import GenerationStats, TokenStream, timed_generation
+from ..core.stats import median_ci
 
 WARMUP_TOKENS = 8
 SIDES = ("baseline", "candidate")

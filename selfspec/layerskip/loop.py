@@ -12,7 +12,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
 from .forward import forward
-from .models import ModelParts
+from ..core.models import ModelParts
 from .strategies import SkipPlan
 
 

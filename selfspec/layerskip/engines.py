@@ -14,21 +14,21 @@ DEFAULT = "mlx_lm"
 
 def _mlx_lm_candidate(model, plan, max_tokens, num_draft, threshold=None, adapt_target=None):
     from .forward import LayerSkipDraft
-    from .generation import mlx_lm_selfspec_stream
+    from ..measure.streams import mlx_lm_selfspec_stream
 
     draft = LayerSkipDraft(model, plan)
     return lambda prompt: mlx_lm_selfspec_stream(model, draft, prompt, max_tokens, num_draft)
 
 
 def _mlx_lm_plain(model, max_tokens):
-    from .generation import plain_stream
+    from ..measure.streams import plain_stream
 
     return lambda prompt: plain_stream(model, prompt, max_tokens)
 
 
 def _ours_candidate(model, plan, max_tokens, num_draft, threshold=None, adapt_target=None):
     from .loop import selfspec_loop
-    from .models import model_parts
+    from ..core.models import model_parts
 
     parts = model_parts(model)
     return lambda prompt: selfspec_loop(parts, prompt, max_tokens, plan, num_draft, threshold,
@@ -37,7 +37,7 @@ def _ours_candidate(model, plan, max_tokens, num_draft, threshold=None, adapt_ta
 
 def _ours_plain(model, max_tokens):
     from .loop import plain_loop
-    from .models import model_parts
+    from ..core.models import model_parts
 
     parts = model_parts(model)
     return lambda prompt: plain_loop(parts, prompt, max_tokens)

@@ -7,7 +7,7 @@ from typing import Dict, Iterable, List, Optional
 import numpy as np
 import pandas as pd
 
-from . import atomic
+from ..core import atomic
 
 # Plain decoding is the same work in every cell of a model: a trend in its speed larger
 # than this over the run is reported as a warning in the summary.
@@ -56,7 +56,7 @@ def draft_cost_ratio(cell: dict, profile: Optional[dict]) -> float:
     at the cell's mean context length."""
     if profile is None:
         return float("nan")
-    from .latency import LatencyModel
+    from ..layerskip.latency import LatencyModel
 
     lat = LatencyModel.from_dict(profile["fit"])
     pp = cell["per_prompt"]

@@ -5,14 +5,14 @@ from pathlib import Path
 from typing import Dict, Optional
 
 
-from .cell import _log
-from .prompts import encoded_prompts, eos_ids
-from .environment import environment
+from ..measure.reference import _log
+from ..core.prompts import encoded_prompts, eos_ids
+from ..core.environment import environment
 from .forward import LayerSkipDraft
-from .generation import mlx_lm_selfspec_stream, plain_stream
+from ..measure.streams import mlx_lm_selfspec_stream, plain_stream
 from .loop import plain_loop, selfspec_loop
-from .measure import acceptance, paired_runs, summarize
-from .models import load, model_parts
+from ..measure.protocol import acceptance, paired_runs, summarize
+from ..core.models import load, model_parts
 from .strategies import ADAPTIVE, make_plan
 
 

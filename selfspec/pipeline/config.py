@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .models import read_num_layers
-from .strategies import ADAPTIVE, SkipError, make_plan
+from ..core.models import read_num_layers
+from ..layerskip.strategies import ADAPTIVE, SkipError, make_plan
 
 OPENBLAS_CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3",

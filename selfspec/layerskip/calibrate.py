@@ -9,11 +9,11 @@ from typing import Dict, Optional
 
 import mlx.core as mx
 
-from .prompts import encoded_prompts
-from .environment import environment
-from .generation import plain_stream, timed_generation
+from ..core.prompts import encoded_prompts
+from ..core.environment import environment
+from ..measure.streams import plain_stream, timed_generation
 from .knapsack import choose, draft_cost_needed, frontier
-from .models import load, model_parts
+from ..core.models import load, model_parts
 from .profile import LatencyModel, profile_model
 from .strategies import SkipPlan
 

@@ -13,14 +13,14 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from .environment import environment
-from .generation import plain_stream
+from ..core.environment import environment
+from ..measure.streams import plain_stream
 from .knapsack import point_speedup
 from .loop import selfspec_loop
-from .measure import paired_runs, summarize
-from .models import load, model_parts
+from ..measure.protocol import paired_runs, summarize
+from ..core.models import load, model_parts
 from .latency import LatencyModel
-from .prompts import encoded_prompts, eos_ids
+from ..core.prompts import encoded_prompts, eos_ids
 from .strategies import SkipPlan
 
 DRAFT_LENGTHS = (1, 2, 3, 4, 6, 8)
