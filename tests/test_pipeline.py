@@ -155,7 +155,7 @@ def test_profile_and_calibration(run):
     assert len(prof["attention_seconds"]) == 3 and len(prof["verify_seconds"]) == 8
     assert "attention_max_rel_error" in prof["heldout"]
     cal = json.loads((d / "results/calibration/tiny.json").read_text())
-    assert cal["calibration_set"] == "stdlib_calib.yaml" and cal["points"][0]["budget"] == 0
+    assert cal["calibration_set"] == "stdlib_calib" and cal["points"][0]["budget"] == 0
     assert cal["points"][0]["agreement"] == 1.0
 
 

@@ -5,6 +5,7 @@ text it is scored on.
 """
 
 import sys
+from pathlib import Path
 from typing import Dict, Optional
 
 import mlx.core as mx
@@ -56,7 +57,7 @@ def run_calibration(model_path, prompt_set_path, profile: Dict, *, model_name: s
             pt[key] = max(draft_cost_needed(pt, k, lat, target) for k in range(1, 9)) if pt["skipped_sublayers"] \
                 else None
     _log(f"calibration: {len(front['points'])} budgets; best predicted {best['predicted_speedup']:.2f}x at k={best['num_draft']}")
-    cfg = {"model": model_name, "calibration_set": str(prompt_set_path).rsplit("/", 1)[-1], "new_tokens": new_tokens,
+    cfg = {"model": model_name, "calibration_set": Path(prompt_set_path).stem, "new_tokens": new_tokens,
            "bins": bins}
     return {
         **cfg,
