@@ -56,6 +56,10 @@ def speedup_heatmap(df: pd.DataFrame, out) -> None:
     g.map_dataframe(_heatmap, vmin=0.0, vmax=vmax)
     g.set_titles(col_template="{col_name}")
     g.set_axis_labels("draft length (tokens)", "skip fraction")
+    # What a skip fraction means depends on the strategy (the cells record it as skip_basis).
+    for label, ax in g.axes_dict.items():
+        strategy = label.split(" · ")[1].split("/")[0]
+        ax.set_ylabel("skip fraction: " + ("of layers" if strategy == "middle" else "most of skippable time"))
     g.figure.suptitle("Self-speculative speedup over plain decoding (boxed: ≥ 1.0×; knapsack/auto: the limits given)",
                       y=1.0)
     n = df.label.nunique()
@@ -85,8 +89,8 @@ def speedup_vs_skip(df: pd.DataFrame, out) -> None:
     for (metric, _), ax in g.axes_dict.items():
         if metric.startswith("speedup"):
             ax.axhline(1.0, color="black", lw=1, ls="--")
-    g.set_axis_labels("skip fraction", "")
-    g.figure.suptitle("Speedup and acceptance against skip fraction", y=1.0)
+    g.set_axis_labels("skip fraction (share of layers skipped)", "")
+    g.figure.suptitle("Speedup and acceptance against skip fraction (middle strategy)", y=1.0)
     ncol = df.model.nunique()
     g.figure.set_size_inches(4.4 * ncol + 2.4, 6.6)
     g.figure.tight_layout()
