@@ -9,6 +9,9 @@
 #   results/quality/<model>/<question_set>.json                   quality score
 #   results/tables/techniques.*        the three techniques side by side
 #   results/bench/engine.json          our loops against mlx-lm's (snakemake bench)
+#   logs/<path>.log, benchmarks/<path>.tsv   each job's log, and Snakemake's measurements of it
+#       (wall time s, max_rss MB, ...): <path> is the output's without results/ or resources/,
+#       or the rule's name for tables and plots (logs/tables/aggregate.log)
 # Each number in those files is computed in the `selfspec` package; the rule that makes a
 # file names the script, and the script names the package function.
 

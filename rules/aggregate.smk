@@ -11,14 +11,16 @@ rule aggregate:
         md="results/tables/selfspec_sweep.md",
         summary="results/summary.md",
     log:
-        "results/tables/aggregate.log",
+        "logs/tables/aggregate.log",
+    benchmark:
+        "benchmarks/tables/aggregate.tsv"
     script:
         "../scripts/aggregate.py"
 
 
 rule plot_selfspec:
     input:
-        table="results/tables/selfspec_sweep.csv",
+        table=rules.aggregate.output.csv,
         # The break-even curves use each model's measured verify cost.
         profiles=get_profiles,
     output:
@@ -26,29 +28,35 @@ rule plot_selfspec:
         curve="results/plots/selfspec_vs_skip.png",
         frontier="results/plots/acceptance_vs_cost.png",
     log:
-        "results/plots/plot_selfspec.log",
+        "logs/plots/plot_selfspec.log",
+    benchmark:
+        "benchmarks/plots/plot_selfspec.tsv"
     script:
         "../scripts/plot_selfspec.py"
 
 
 rule plot_adaptive:
     input:
-        "results/tables/selfspec_sweep.csv",
+        rules.aggregate.output.csv,
     output:
         sublayers="results/plots/sublayer_map.png",
         predicted="results/plots/predicted_vs_measured.png",
     log:
-        "results/plots/plot_adaptive.log",
+        "logs/plots/plot_adaptive.log",
+    benchmark:
+        "benchmarks/plots/plot_adaptive.tsv"
     script:
         "../scripts/plot_adaptive.py"
 
 
 rule plot_profile:
     input:
-        "results/profile/{model}.json",
+        rules.profile_model.output[0],
     output:
         "results/plots/profile_{model}.png",
     log:
-        "results/plots/profile_{model}.log",
+        "logs/plots/profile_{model}.log",
+    benchmark:
+        "benchmarks/plots/profile_{model}.tsv"
     script:
         "../scripts/plot_profile.py"

@@ -11,13 +11,15 @@ rule specdec_cell:
     output:
         "results/specdec/{model}/{draft_model}/draft{draft}.json",
     log:
-        "results/specdec/{model}/{draft_model}/draft{draft}.log",
+        "logs/specdec/{model}/{draft_model}/draft{draft}.log",
+    benchmark:
+        "benchmarks/specdec/{model}/{draft_model}/draft{draft}.tsv"
+    resources:
+        timing=1,
     params:
         max_tokens=config["selfspec"]["max_tokens"],
         repeats=config["selfspec"]["repeats"],
         warmup=config["selfspec"].get("warmup", 1),
-    resources:
-        timing=1,
     script:
         "../scripts/specdec_cell.py"
 
@@ -29,11 +31,13 @@ rule quality_score:
     output:
         "results/quality/{model}/{question_set}.json",
     log:
-        "results/quality/{model}/{question_set}.log",
-    params:
-        max_tokens=config.get("quality", {}).get("max_tokens", 32),
+        "logs/quality/{model}/{question_set}.log",
+    benchmark:
+        "benchmarks/quality/{model}/{question_set}.tsv"
     resources:
         timing=1,
+    params:
+        max_tokens=config.get("quality", {}).get("max_tokens", 32),
     script:
         "../scripts/quality_score.py"
 
@@ -48,7 +52,9 @@ rule compare_techniques:
         md="results/tables/techniques.md",
         per_prompt="results/tables/techniques_per_prompt.csv",
     log:
-        "results/tables/techniques.log",
+        "logs/tables/techniques.log",
+    benchmark:
+        "benchmarks/tables/techniques.tsv"
     params:
         seeds=config.get("techniques", {}).get("seeds", {}),
     script:
@@ -57,12 +63,14 @@ rule compare_techniques:
 
 rule plot_techniques:
     input:
-        table="results/tables/techniques.csv",
-        per_prompt="results/tables/techniques_per_prompt.csv",
+        table=rules.compare_techniques.output.csv,
+        per_prompt=rules.compare_techniques.output.per_prompt,
     output:
         speedup="results/plots/techniques_speedup.png",
         spread="results/plots/techniques_spread.png",
     log:
-        "results/plots/plot_techniques.log",
+        "logs/plots/plot_techniques.log",
+    benchmark:
+        "benchmarks/plots/plot_techniques.tsv"
     script:
         "../scripts/plot_techniques.py"

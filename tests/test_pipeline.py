@@ -124,6 +124,24 @@ def test_tables_summary_and_plots(run):
         assert w >= 400 and h >= 300
 
 
+def test_logs_and_benchmarks_mirror_the_outputs(run):
+    d, _ = run
+    # No log beside an output any more: each job's log is under logs/, its benchmark under benchmarks/.
+    assert not list((d / "results").rglob("*.log")) and not list((d / "resources").rglob("*.log"))
+    for p in cells(d):
+        rel = p.relative_to(d / "results").as_posix().removesuffix(".json")
+        assert (d / "logs" / f"{rel}.log").is_file()
+        bench = (d / "benchmarks" / f"{rel}.tsv").read_text().splitlines()
+        header = bench[0].split("\t")
+        row = dict(zip(header, bench[1].split("\t")))
+        assert float(row["s"]) > 0 and "max_rss" in row
+    for rel in ("models/tiny/fetch", "models/tiny-q4/quantize", "reference/tiny/stdlib_code", "profile/tiny",
+                "calibration/tiny", "search/tiny", "tables/aggregate", "plots/plot_selfspec", "plots/plot_adaptive",
+                "plots/profile_tiny", "bench/engine"):
+        assert (d / "logs" / f"{rel}.log").is_file(), rel
+        assert (d / "benchmarks" / f"{rel}.tsv").is_file(), rel
+
+
 def test_bench_reports_ratios(run):
     d, _ = run
     b = json.loads((d / "results/bench/engine.json").read_text())
