@@ -1,5 +1,6 @@
 # Aggregation: tables and the summary from the cells; plots from the table, so that
-# editing a plotting script reruns plots only.
+# editing a plotting script reruns plots only. Every table and figure goes into
+# `snakemake --report`, with its caption from report/.
 
 
 rule aggregate:
@@ -14,6 +15,8 @@ rule aggregate:
         "logs/tables/aggregate.log",
     benchmark:
         "benchmarks/tables/aggregate.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     script:
         "../scripts/aggregate.py"
 
@@ -31,6 +34,8 @@ rule plot_selfspec:
         "logs/plots/plot_selfspec.log",
     benchmark:
         "benchmarks/plots/plot_selfspec.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     script:
         "../scripts/plot_selfspec.py"
 
@@ -45,6 +50,8 @@ rule plot_adaptive:
         "logs/plots/plot_adaptive.log",
     benchmark:
         "benchmarks/plots/plot_adaptive.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     script:
         "../scripts/plot_adaptive.py"
 
@@ -58,5 +65,7 @@ rule plot_profile:
         "logs/plots/profile_{model}.log",
     benchmark:
         "benchmarks/plots/profile_{model}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     script:
         "../scripts/plot_profile.py"

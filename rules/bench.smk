@@ -14,6 +14,8 @@ rule engine_bench:
         "logs/bench/engine.log",
     benchmark:
         "benchmarks/bench/engine.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     resources:
         timing=1,
     params:

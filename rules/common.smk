@@ -58,11 +58,16 @@ PROMPT_SET = config["selfspec"]["prompt_set"]
 # Prompt sets ship with the workflow, so they resolve from it even under --directory.
 PROMPTS_DIR = Path(workflow.basedir) / "config" / "prompts"
 
-# Timing jobs get OpenBLAS on Linux when it is installed (see README): exported here so
-# every job process inherits it; each result records the BLAS actually loaded.
+# Timing jobs get a real BLAS on Linux (MKL from the mkl wheel, else OpenBLAS; see README):
+# exported here so every job process inherits it; each result records the BLAS actually loaded.
+# Declared with envvars once set, so that executors which pass variables on to remote jobs
+# pass it too; with `blas: bundled`, or on macOS, nothing is set and nothing is declared.
 _blas = timing_blas(config.get("blas", "auto"))
 if _blas:
     os.environ["LD_PRELOAD"] = _blas
+
+    envvars:
+        "LD_PRELOAD",
 
 
 wildcard_constraints:

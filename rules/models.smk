@@ -10,6 +10,8 @@ rule fetch_model:
         "logs/models/{model}/fetch.log",
     benchmark:
         "benchmarks/models/{model}/fetch.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     params:
         source=get_model_source,
         basedir=workflow.basedir,
@@ -26,6 +28,8 @@ rule quantize_model:
         "logs/models/{model}/quantize.log",
     benchmark:
         "benchmarks/models/{model}/quantize.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     params:
         quantize=get_model_quantize,
         dtype=get_model_dtype,

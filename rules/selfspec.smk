@@ -14,6 +14,8 @@ rule reference_outputs:
         "logs/reference/{model}/{prompt_set}.log",
     benchmark:
         "benchmarks/reference/{model}/{prompt_set}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     resources:
         timing=1,
     params:
@@ -31,6 +33,8 @@ rule profile_model:
         "logs/profile/{model}.log",
     benchmark:
         "benchmarks/profile/{model}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     resources:
         timing=1,
     params:
@@ -51,6 +55,8 @@ rule calibrate_model:
         "logs/calibration/{model}.log",
     benchmark:
         "benchmarks/calibration/{model}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     resources:
         timing=1,
     params:
@@ -74,6 +80,8 @@ rule search_model:
         "logs/search/{model}.log",
     benchmark:
         "benchmarks/search/{model}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     resources:
         timing=1,
     params:
@@ -95,6 +103,8 @@ rule selfspec_cell:
         "logs/selfspec/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}.log",
     benchmark:
         "benchmarks/selfspec/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     resources:
         # Timing jobs never overlap: the profile caps `timing` at 1.
         timing=1,

@@ -14,6 +14,8 @@ rule specdec_cell:
         "logs/specdec/{model}/{draft_model}/draft{draft}.log",
     benchmark:
         "benchmarks/specdec/{model}/{draft_model}/draft{draft}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     resources:
         timing=1,
     params:
@@ -34,6 +36,8 @@ rule quality_score:
         "logs/quality/{model}/{question_set}.log",
     benchmark:
         "benchmarks/quality/{model}/{question_set}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     resources:
         timing=1,
     params:
@@ -55,6 +59,8 @@ rule compare_techniques:
         "logs/tables/techniques.log",
     benchmark:
         "benchmarks/tables/techniques.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     params:
         seeds=config.get("techniques", {}).get("seeds", {}),
     script:
@@ -72,5 +78,7 @@ rule plot_techniques:
         "logs/plots/plot_techniques.log",
     benchmark:
         "benchmarks/plots/plot_techniques.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     script:
         "../scripts/plot_techniques.py"
