@@ -8,9 +8,27 @@ rule aggregate:
         cells=get_cells(),
         profiles=get_profiles(),
     output:
-        csv="results/tables/selfspec_sweep.csv",
-        md="results/tables/selfspec_sweep.md",
-        summary="results/summary.md",
+        csv=report(
+            "results/tables/selfspec_sweep.csv",
+            caption="../report/selfspec_sweep.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "sweep table", "file": "CSV"},
+        ),
+        md=report(
+            "results/tables/selfspec_sweep.md",
+            caption="../report/selfspec_sweep.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "sweep table", "file": "Markdown"},
+        ),
+        summary=report(
+            "results/summary.md",
+            caption="../report/summary.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "summary", "file": "Markdown"},
+        ),
     log:
         "logs/tables/aggregate.log",
     benchmark:
@@ -27,9 +45,27 @@ rule plot_selfspec:
         # The break-even curves use each model's measured verify cost.
         profiles=get_profiles,
     output:
-        heatmap="results/plots/selfspec_heatmap.png",
-        curve="results/plots/selfspec_vs_skip.png",
-        frontier="results/plots/acceptance_vs_cost.png",
+        heatmap=report(
+            "results/plots/selfspec_heatmap.png",
+            caption="../report/selfspec_heatmap.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "speedup heatmap", "file": "figure"},
+        ),
+        curve=report(
+            "results/plots/selfspec_vs_skip.png",
+            caption="../report/selfspec_vs_skip.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "speedup and acceptance vs skip", "file": "figure"},
+        ),
+        frontier=report(
+            "results/plots/acceptance_vs_cost.png",
+            caption="../report/acceptance_vs_cost.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "acceptance vs draft cost", "file": "figure"},
+        ),
     log:
         "logs/plots/plot_selfspec.log",
     benchmark:
@@ -44,8 +80,20 @@ rule plot_adaptive:
     input:
         rules.aggregate.output.csv,
     output:
-        sublayers="results/plots/sublayer_map.png",
-        predicted="results/plots/predicted_vs_measured.png",
+        sublayers=report(
+            "results/plots/sublayer_map.png",
+            caption="../report/sublayer_map.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "sublayers skipped (adaptive drafts)", "file": "figure"},
+        ),
+        predicted=report(
+            "results/plots/predicted_vs_measured.png",
+            caption="../report/predicted_vs_measured.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "predicted vs measured speedup", "file": "figure"},
+        ),
     log:
         "logs/plots/plot_adaptive.log",
     benchmark:
@@ -60,7 +108,13 @@ rule plot_profile:
     input:
         rules.profile_model.output[0],
     output:
-        "results/plots/profile_{model}.png",
+        report(
+            "results/plots/profile_{model}.png",
+            caption="../report/profile.rst",
+            category="Profile",
+            subcategory="{model}",
+            labels={"model": "{model}", "result": "latency profile", "file": "figure"},
+        ),
     log:
         "logs/plots/profile_{model}.log",
     benchmark:

@@ -31,7 +31,13 @@ rule quality_score:
         model=get_model_dir,
         questions=get_question_set,
     output:
-        "results/quality/{model}/{question_set}.json",
+        report(
+            "results/quality/{model}/{question_set}.json",
+            caption="../report/quality.rst",
+            category="Quality",
+            subcategory="{model}",
+            labels={"model": "{model}", "question set": "{question_set}", "result": "answers and score"},
+        ),
     log:
         "logs/quality/{model}/{question_set}.log",
     benchmark:
@@ -52,9 +58,27 @@ rule compare_techniques:
         specdec=get_specdec_cells(),
         quality=get_quality_files(),
     output:
-        csv="results/tables/techniques.csv",
-        md="results/tables/techniques.md",
-        per_prompt="results/tables/techniques_per_prompt.csv",
+        csv=report(
+            "results/tables/techniques.csv",
+            caption="../report/techniques_table.rst",
+            category="Two-model",
+            subcategory="all models",
+            labels={"result": "techniques table", "file": "CSV"},
+        ),
+        md=report(
+            "results/tables/techniques.md",
+            caption="../report/techniques_table.rst",
+            category="Two-model",
+            subcategory="all models",
+            labels={"result": "techniques table", "file": "Markdown"},
+        ),
+        per_prompt=report(
+            "results/tables/techniques_per_prompt.csv",
+            caption="../report/techniques_per_prompt.rst",
+            category="Two-model",
+            subcategory="all models",
+            labels={"result": "per-prompt decode speed", "file": "CSV"},
+        ),
     log:
         "logs/tables/techniques.log",
     benchmark:
@@ -72,8 +96,20 @@ rule plot_techniques:
         table=rules.compare_techniques.output.csv,
         per_prompt=rules.compare_techniques.output.per_prompt,
     output:
-        speedup="results/plots/techniques_speedup.png",
-        spread="results/plots/techniques_spread.png",
+        speedup=report(
+            "results/plots/techniques_speedup.png",
+            caption="../report/techniques_speedup.rst",
+            category="Two-model",
+            subcategory="all models",
+            labels={"result": "speedup, quality and memory by technique", "file": "figure"},
+        ),
+        spread=report(
+            "results/plots/techniques_spread.png",
+            caption="../report/techniques_spread.rst",
+            category="Two-model",
+            subcategory="all models",
+            labels={"result": "per-prompt decode speed by technique", "file": "figure"},
+        ),
     log:
         "logs/plots/plot_techniques.log",
     benchmark:
