@@ -9,12 +9,20 @@
 #   results/quality/<model>/<question_set>.json                   quality score
 #   results/tables/techniques.*        the three techniques side by side
 #   results/bench/engine.json          our loops against mlx-lm's (snakemake bench)
+#   logs/<path>.log, benchmarks/<path>.tsv   each job's log, and Snakemake's measurements of it
+#       (wall time s, max_rss MB, ...): <path> is the output's without results/ or resources/,
+#       or the rule's name for tables and plots (logs/tables/aggregate.log)
+#   results/report.html                snakemake --report results/report.html (captions: report/)
 # Each number in those files is computed in the `selfspec` package; the rule that makes a
 # file names the script, and the script names the package function.
 
 from snakemake.utils import min_version
 
 min_version("9.0")
+
+
+# The report's front page (`snakemake --report results/report.html`).
+report: "report/workflow.rst"
 
 
 # The default config, unless --configfile names another: Snakemake would otherwise merge

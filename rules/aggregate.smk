@@ -1,18 +1,41 @@
 # Aggregation: tables and the summary from the cells; plots from the table, so that
-# editing a plotting script reruns plots only.
+# editing a plotting script reruns plots only. Every table and figure goes into
+# `snakemake --report`, with its caption from report/.
 
 
 rule aggregate:
     input:
         cells=get_cells(),
         profiles=get_profiles(),
-        noise=get_noise_files(),
+        noise=get_noise_files,
     output:
-        csv="results/tables/selfspec_sweep.csv",
-        md="results/tables/selfspec_sweep.md",
-        summary="results/summary.md",
+        csv=report(
+            "results/tables/selfspec_sweep.csv",
+            caption="../report/selfspec_sweep.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "sweep table", "file": "CSV"},
+        ),
+        md=report(
+            "results/tables/selfspec_sweep.md",
+            caption="../report/selfspec_sweep.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "sweep table", "file": "Markdown"},
+        ),
+        summary=report(
+            "results/summary.md",
+            caption="../report/summary.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "summary", "file": "Markdown"},
+        ),
     log:
-        "results/tables/aggregate.log",
+        "logs/tables/aggregate.log",
+    benchmark:
+        "benchmarks/tables/aggregate.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     params:
         # A param, so that turning it on re-checks cells measured before.
         require_lossless=config["selfspec"].get("require_lossless", False),
@@ -22,37 +45,85 @@ rule aggregate:
 
 rule plot_selfspec:
     input:
-        table="results/tables/selfspec_sweep.csv",
+        table=rules.aggregate.output.csv,
         # The break-even curves use each model's measured verify cost.
         profiles=get_profiles,
     output:
-        heatmap="results/plots/selfspec_heatmap.png",
-        curve="results/plots/selfspec_vs_skip.png",
-        frontier="results/plots/acceptance_vs_cost.png",
+        heatmap=report(
+            "results/plots/selfspec_heatmap.png",
+            caption="../report/selfspec_heatmap.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "speedup heatmap", "file": "figure"},
+        ),
+        curve=report(
+            "results/plots/selfspec_vs_skip.png",
+            caption="../report/selfspec_vs_skip.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "speedup and acceptance vs skip", "file": "figure"},
+        ),
+        frontier=report(
+            "results/plots/acceptance_vs_cost.png",
+            caption="../report/acceptance_vs_cost.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "acceptance vs draft cost", "file": "figure"},
+        ),
     log:
-        "results/plots/plot_selfspec.log",
+        "logs/plots/plot_selfspec.log",
+    benchmark:
+        "benchmarks/plots/plot_selfspec.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     script:
         "../scripts/plot_selfspec.py"
 
 
 rule plot_adaptive:
     input:
-        "results/tables/selfspec_sweep.csv",
+        rules.aggregate.output.csv,
     output:
-        sublayers="results/plots/sublayer_map.png",
-        predicted="results/plots/predicted_vs_measured.png",
+        sublayers=report(
+            "results/plots/sublayer_map.png",
+            caption="../report/sublayer_map.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "sublayers skipped (adaptive drafts)", "file": "figure"},
+        ),
+        predicted=report(
+            "results/plots/predicted_vs_measured.png",
+            caption="../report/predicted_vs_measured.rst",
+            category="Self-speculation",
+            subcategory="all models",
+            labels={"result": "predicted vs measured speedup", "file": "figure"},
+        ),
     log:
-        "results/plots/plot_adaptive.log",
+        "logs/plots/plot_adaptive.log",
+    benchmark:
+        "benchmarks/plots/plot_adaptive.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     script:
         "../scripts/plot_adaptive.py"
 
 
 rule plot_profile:
     input:
-        "results/profile/{model}.json",
+        rules.profile_model.output[0],
     output:
-        "results/plots/profile_{model}.png",
+        report(
+            "results/plots/profile_{model}.png",
+            caption="../report/profile.rst",
+            category="Profile",
+            subcategory="{model}",
+            labels={"model": "{model}", "result": "latency profile", "file": "figure"},
+        ),
     log:
-        "results/plots/profile_{model}.log",
+        "logs/plots/profile_{model}.log",
+    benchmark:
+        "benchmarks/plots/profile_{model}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     script:
         "../scripts/plot_profile.py"

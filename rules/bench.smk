@@ -7,11 +7,17 @@ rule engine_bench:
     input:
         model=get_bench_model,
         prompts=get_prompt_set,
-        sweep="results/tables/selfspec_sweep.csv",
+        sweep=rules.aggregate.output.csv,
     output:
         "results/bench/engine.json",
     log:
-        "results/bench/engine.log",
+        "logs/bench/engine.log",
+    benchmark:
+        "benchmarks/bench/engine.tsv"
+    conda:
+        "../envs/selfspec.yaml"
+    resources:
+        timing=1,
     params:
         model=BENCH.get("model"),
         skip_fraction=BENCH.get("skip_fraction", 0.25),
@@ -20,12 +26,10 @@ rule engine_bench:
         max_tokens=BENCH.get("max_tokens", config["selfspec"]["max_tokens"]),
         # Our loop runs as the `ours` cells run it.
         draft_threshold=config["selfspec"].get("draft_threshold"),
-    resources:
-        timing=1,
     script:
         "../scripts/bench.py"
 
 
 rule bench:
     input:
-        "results/bench/engine.json",
+        rules.engine_bench.output,

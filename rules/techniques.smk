@@ -10,13 +10,17 @@ rule noise_floor:
     output:
         "results/noise/{model}.json",
     log:
-        "results/noise/{model}.log",
+        "logs/noise/{model}.log",
+    benchmark:
+        "benchmarks/noise/{model}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
+    resources:
+        timing=1,
     params:
         max_tokens=config["selfspec"]["max_tokens"],
         repeats=config["selfspec"]["repeats"],
         warmup=config["selfspec"].get("warmup", 1),
-    resources:
-        timing=1,
     script:
         "../scripts/noise_floor.py"
 
@@ -30,13 +34,17 @@ rule specdec_cell:
     output:
         "results/specdec/{model}/{draft_model}/draft{draft}.json",
     log:
-        "results/specdec/{model}/{draft_model}/draft{draft}.log",
+        "logs/specdec/{model}/{draft_model}/draft{draft}.log",
+    benchmark:
+        "benchmarks/specdec/{model}/{draft_model}/draft{draft}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
+    resources:
+        timing=1,
     params:
         max_tokens=config["selfspec"]["max_tokens"],
         repeats=config["selfspec"]["repeats"],
         warmup=config["selfspec"].get("warmup", 1),
-    resources:
-        timing=1,
     script:
         "../scripts/specdec_cell.py"
 
@@ -46,13 +54,23 @@ rule quality_score:
         model=get_model_dir,
         questions=get_question_set,
     output:
-        "results/quality/{model}/{question_set}.json",
+        report(
+            "results/quality/{model}/{question_set}.json",
+            caption="../report/quality.rst",
+            category="Quality",
+            subcategory="{model}",
+            labels={"model": "{model}", "question set": "{question_set}", "result": "answers and score"},
+        ),
     log:
-        "results/quality/{model}/{question_set}.log",
-    params:
-        max_tokens=config.get("quality", {}).get("max_tokens", 32),
+        "logs/quality/{model}/{question_set}.log",
+    benchmark:
+        "benchmarks/quality/{model}/{question_set}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     resources:
         timing=1,
+    params:
+        max_tokens=config.get("quality", {}).get("max_tokens", 32),
     script:
         "../scripts/quality_score.py"
 
@@ -64,11 +82,33 @@ rule compare_techniques:
         quality=get_quality_files(),
         noise=get_noise_files(),
     output:
-        csv="results/tables/techniques.csv",
-        md="results/tables/techniques.md",
-        per_prompt="results/tables/techniques_per_prompt.csv",
+        csv=report(
+            "results/tables/techniques.csv",
+            caption="../report/techniques_table.rst",
+            category="Two-model",
+            subcategory="all models",
+            labels={"result": "techniques table", "file": "CSV"},
+        ),
+        md=report(
+            "results/tables/techniques.md",
+            caption="../report/techniques_table.rst",
+            category="Two-model",
+            subcategory="all models",
+            labels={"result": "techniques table", "file": "Markdown"},
+        ),
+        per_prompt=report(
+            "results/tables/techniques_per_prompt.csv",
+            caption="../report/techniques_per_prompt.rst",
+            category="Two-model",
+            subcategory="all models",
+            labels={"result": "per-prompt decode speed", "file": "CSV"},
+        ),
     log:
-        "results/tables/techniques.log",
+        "logs/tables/techniques.log",
+    benchmark:
+        "benchmarks/tables/techniques.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     params:
         seeds=config.get("techniques", {}).get("seeds", {}),
     script:
@@ -77,12 +117,28 @@ rule compare_techniques:
 
 rule plot_techniques:
     input:
-        table="results/tables/techniques.csv",
-        per_prompt="results/tables/techniques_per_prompt.csv",
+        table=rules.compare_techniques.output.csv,
+        per_prompt=rules.compare_techniques.output.per_prompt,
     output:
-        speedup="results/plots/techniques_speedup.png",
-        spread="results/plots/techniques_spread.png",
+        speedup=report(
+            "results/plots/techniques_speedup.png",
+            caption="../report/techniques_speedup.rst",
+            category="Two-model",
+            subcategory="all models",
+            labels={"result": "speedup, quality and memory by technique", "file": "figure"},
+        ),
+        spread=report(
+            "results/plots/techniques_spread.png",
+            caption="../report/techniques_spread.rst",
+            category="Two-model",
+            subcategory="all models",
+            labels={"result": "per-prompt decode speed by technique", "file": "figure"},
+        ),
     log:
-        "results/plots/plot_techniques.log",
+        "logs/plots/plot_techniques.log",
+    benchmark:
+        "benchmarks/plots/plot_techniques.tsv"
+    conda:
+        "../envs/selfspec.yaml"
     script:
         "../scripts/plot_techniques.py"

@@ -5,7 +5,11 @@ sys.stderr = open(snakemake.log[0], "w")
 
 from selfspec.core.fetch import fetch
 
-info = fetch(snakemake.wildcards.model, snakemake.params.source, snakemake.params.basedir,
-             log=lambda msg: print(msg, file=sys.stderr, flush=True))
+info = fetch(
+    snakemake.wildcards.model,
+    snakemake.params.source,
+    snakemake.params.basedir,
+    log=lambda msg: print(msg, file=sys.stderr, flush=True),
+)
 with open(snakemake.output[0], "w") as f:
     json.dump(info, f, indent=1)

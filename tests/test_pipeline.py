@@ -1,6 +1,7 @@
 """A real Snakemake run of a tiny config, then the incremental behaviours as dry runs."""
 
 import json
+import re
 
 import pytest
 
@@ -137,6 +138,61 @@ def test_tables_summary_and_plots(run):
                  "predicted_vs_measured.png", "profile_tiny.png", "profile_tiny-q4.png"):
         w, h = Image.open(d / "results/plots" / name).size
         assert w >= 400 and h >= 300
+
+
+def test_logs_and_benchmarks_mirror_the_outputs(run):
+    d, _ = run
+    # No log beside an output any more: each job's log is under logs/, its benchmark under benchmarks/.
+    assert not list((d / "results").rglob("*.log")) and not list((d / "resources").rglob("*.log"))
+    for p in cells(d):
+        rel = p.relative_to(d / "results").as_posix().removesuffix(".json")
+        assert (d / "logs" / f"{rel}.log").is_file()
+        bench = (d / "benchmarks" / f"{rel}.tsv").read_text().splitlines()
+        header = bench[0].split("\t")
+        row = dict(zip(header, bench[1].split("\t")))
+        assert float(row["s"]) > 0 and "max_rss" in row
+    for rel in ("models/tiny/fetch", "models/tiny-q4/quantize", "reference/tiny/stdlib_code", "profile/tiny",
+                "calibration/tiny", "search/tiny", "tables/aggregate", "plots/plot_selfspec", "plots/plot_adaptive",
+                "plots/profile_tiny", "bench/engine"):
+        assert (d / "logs" / f"{rel}.log").is_file(), rel
+        assert (d / "benchmarks" / f"{rel}.tsv").is_file(), rel
+
+
+REPORTED = [
+    "results/tables/selfspec_sweep.csv",
+    "results/tables/selfspec_sweep.md",
+    "results/summary.md",
+    "results/plots/selfspec_heatmap.png",
+    "results/plots/selfspec_vs_skip.png",
+    "results/plots/acceptance_vs_cost.png",
+    "results/plots/sublayer_map.png",
+    "results/plots/predicted_vs_measured.png",
+    "results/plots/profile_tiny.png",
+    "results/plots/profile_tiny-q4.png",
+]
+
+
+def test_report_is_one_self_contained_file(run):
+    d, _ = run
+    snakemake(d, "--report", "results/report.html")
+    path = d / "results/report.html"
+    html = path.read_text(encoding="utf-8")
+    # One file: Snakemake's own scripts (~3.3 MB) and every figure inlined; nothing loaded from
+    # elsewhere (URLs appear only inside the bundled libraries' text).
+    assert 1_000_000 < path.stat().st_size < 15_000_000
+    assert not re.search(r"<(?:script|img|iframe)[^>]*\ssrc=[\"']?(?:https?:)?//", html)
+    assert not re.search(r"<link[^>]*\shref=[\"']?(?:https?:)?//", html)
+    assert len(re.findall(r"data:image/png;[^,]*base64,", html)) >= 7
+    categories = json.loads(re.search(r"var categories = (\{.*?\});", html).group(1))
+    # Grouped by technique, then by model (this config has no two-model or quality section).
+    assert set(categories) == {"Self-speculation", "Profile"}
+    assert set(categories["Self-speculation"]) == {"all models"}
+    assert set(categories["Self-speculation"]["all models"]) == set(REPORTED[:8])
+    assert categories["Profile"] == {"tiny": [REPORTED[8]], "tiny-q4": [REPORTED[9]]}
+    for name in REPORTED:
+        assert name in html, name
+    # Captions rendered, the summary's text included in its own.
+    assert "How to read it" in html and "Self-speculative decoding sweep" in html
 
 
 def test_bench_reports_ratios(run):

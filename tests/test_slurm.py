@@ -63,11 +63,11 @@ CFG = {
         "warmup": 1,
         "prompt_set": "stdlib_code",
     },
-    "profile": {"contexts": [16, 64, 256], "repeats": 3},
+    "profile": {"contexts": [16, 64, 256], "repeats": 3, "models": ["tiny"]},
 }
 # The jobs that go to SLURM; fetching, aggregation and plots are local rules.
-SUBMITTED = {"quantize_model": 1, "reference_outputs": 1, "profile_model": 1, "selfspec_cell": 2}
-TIMING = {"reference_outputs", "profile_model", "selfspec_cell"}
+SUBMITTED = {"quantize_model": 1, "reference_outputs": 1, "profile_model": 1, "selfspec_cell": 2, "noise_floor": 1}
+TIMING = {"reference_outputs", "profile_model", "selfspec_cell", "noise_floor"}
 
 
 def setup(d, src):

@@ -10,7 +10,7 @@ from typing import Dict
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-WORKFLOW_PARTS = ["Snakefile", "rules", "scripts", "config", "profiles"]
+WORKFLOW_PARTS = ["Snakefile", "rules", "scripts", "config", "profiles", "report", "envs"]
 
 
 def copy_workflow(dest: Path) -> Path:
