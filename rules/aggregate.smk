@@ -38,7 +38,7 @@ rule aggregate:
         "../envs/selfspec.yaml"
     params:
         # A param, so that turning it on re-checks cells measured before.
-        require_lossless=config["selfspec"].get("require_lossless", False),
+        require_lossless=config["selfspec"]["require_lossless"],
     script:
         "../scripts/aggregate.py"
 

@@ -1,6 +1,6 @@
 # The engine benchmark: `snakemake --cores 1 bench`.
 
-BENCH = config.get("bench", {})
+BENCH = config["bench"]
 
 
 rule engine_bench:
@@ -20,12 +20,12 @@ rule engine_bench:
         timing=1,
     params:
         model=BENCH.get("model"),
-        skip_fraction=BENCH.get("skip_fraction", 0.25),
-        num_draft=BENCH.get("num_draft", 3),
-        repeats=BENCH.get("repeats", 3),
+        skip_fraction=BENCH["skip_fraction"],
+        num_draft=BENCH["num_draft"],
+        repeats=BENCH["repeats"],
         max_tokens=BENCH.get("max_tokens", config["selfspec"]["max_tokens"]),
         # Our loop runs as the `ours` cells run it.
-        draft_threshold=config["selfspec"].get("draft_threshold"),
+        draft_threshold=config["selfspec"]["draft_threshold"],
     script:
         "../scripts/bench.py"
 

@@ -128,7 +128,7 @@ def get_cell_params(wildcards):
         "engine": engine_of(wildcards.engine_tag),
         "max_tokens": s["max_tokens"],
         "repeats": s["repeats"],
-        "warmup": s.get("warmup", 1),
+        "warmup": s["warmup"],
         # Only loops with a dynamic draft length read these.
         **(
             {"draft_threshold": s.get("draft_threshold"), "draft_adapt_target": s.get("draft_adapt_target")}
@@ -136,7 +136,7 @@ def get_cell_params(wildcards):
             else {}
         ),
         # Only auto cells read it, so only they rerun when it changes.
-        **({"auto_margin": s.get("auto_margin", 0.05)} if wildcards.strategy == "auto" else {}),
+        **({"auto_margin": s["auto_margin"]} if wildcards.strategy == "auto" else {}),
     }
 
 
@@ -167,7 +167,7 @@ def get_cells(wildcards=None):
 # Models with a latency profile: those that run knapsack/auto/search, and any profile.models.
 PROFILED_MODELS = sorted(
     {m for st in STRATEGIES if st in ADAPTIVE for m, *_ in grid_cells(st)}
-    | set(config.get("profile", {}).get("models", []))
+    | set(config["profile"].get("models", []))
 )
 
 

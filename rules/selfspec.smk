@@ -38,8 +38,8 @@ rule profile_model:
     resources:
         timing=1,
     params:
-        contexts=config.get("profile", {}).get("contexts", [32, 64, 128, 256, 512, 1024]),
-        repeats=config.get("profile", {}).get("repeats", 30),
+        contexts=config["profile"]["contexts"],
+        repeats=config["profile"]["repeats"],
     script:
         "../scripts/profile_model.py"
 
@@ -60,12 +60,12 @@ rule calibrate_model:
     resources:
         timing=1,
     params:
-        new_tokens=config["selfspec"].get("calibration_tokens", 64),
+        new_tokens=config["selfspec"]["calibration_tokens"],
     script:
         "../scripts/calibrate_model.py"
 
 
-SEARCH = config.get("search", {})
+SEARCH = config["search"]
 
 
 rule search_model:
@@ -85,11 +85,11 @@ rule search_model:
     resources:
         timing=1,
     params:
-        max_tokens=config["selfspec"].get("calibration_tokens", 64),
-        threshold=config["selfspec"].get("draft_threshold"),
-        candidates=SEARCH.get("candidates", 6),
-        max_draft=SEARCH.get("max_draft", 6),
-        repeats=SEARCH.get("repeats", 1),
+        max_tokens=config["selfspec"]["calibration_tokens"],
+        threshold=config["selfspec"]["draft_threshold"],
+        candidates=SEARCH["candidates"],
+        max_draft=SEARCH["max_draft"],
+        repeats=SEARCH["repeats"],
     script:
         "../scripts/search_model.py"
 

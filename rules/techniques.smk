@@ -20,7 +20,7 @@ rule noise_floor:
     params:
         max_tokens=config["selfspec"]["max_tokens"],
         repeats=config["selfspec"]["repeats"],
-        warmup=config["selfspec"].get("warmup", 1),
+        warmup=config["selfspec"]["warmup"],
     script:
         "../scripts/noise_floor.py"
 
@@ -44,7 +44,7 @@ rule specdec_cell:
     params:
         max_tokens=config["selfspec"]["max_tokens"],
         repeats=config["selfspec"]["repeats"],
-        warmup=config["selfspec"].get("warmup", 1),
+        warmup=config["selfspec"]["warmup"],
     script:
         "../scripts/specdec_cell.py"
 

@@ -42,7 +42,7 @@ def calibration_sequences(model, tokenizer, prompt_set_path, new_tokens: int):
     return mx.array([s[-length:] for s in seqs], dtype=mx.uint32), length - new_tokens
 
 
-def run_calibration(model_path, prompt_set_path, profile: Dict, *, model_name: str, new_tokens: int = 64,
+def run_calibration(model_path, prompt_set_path, profile: Dict, *, model_name: str, new_tokens: int,
                     bins: int = 48) -> Dict:
     model, tokenizer = load(model_path)
     parts = model_parts(model)

@@ -130,10 +130,11 @@ def _scale(in_context: float, isolated: float) -> float:
 
 def profile_model(
     model,
-    contexts: Sequence[int] = (64, 256, 512, 1024, 2048, 4096),
+    *,
+    contexts: Sequence[int],
+    repeats: int,
     verify_tokens: Sequence[int] = tuple(range(1, 9)),
     verify_context: int = 128,
-    repeats: int = 30,
     layer: int = 1,
 ) -> Dict:
     parts = model_parts(model)

@@ -60,7 +60,7 @@ def spread(ranked: List[Dict], count: int) -> List[Dict]:
 
 
 def run_search(model_path, prompt_set_path, calibration: Dict, profile: Dict, *, model_name: str, max_tokens: int,
-               max_draft: int, threshold: Optional[float], candidates: int = 6, repeats: int = 1) -> Dict:
+               max_draft: int, threshold: Optional[float], candidates: int, repeats: int) -> Dict:
     cfg = {"model": model_name, "prompt_set": Path(prompt_set_path).stem, "max_tokens": max_tokens,
            "max_draft": max_draft, "draft_threshold": threshold, "candidates": candidates, "repeats": repeats}
     t0 = time.perf_counter()
