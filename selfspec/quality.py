@@ -64,5 +64,11 @@ def score_model(model_path, question_path, *, model_name: str, max_tokens: int) 
         print(f"{q['id']}: {answers[q['id']]!r}", file=sys.stderr, flush=True)
     scored = score_answers(answers, qs["questions"])
     cfg = {"model": model_name, "question_set": Path(question_path).stem, "max_tokens": max_tokens}
-    return {**cfg, **scored, "answers": answers, "n_questions": len(qs["questions"]),
-            "decoding": "greedy, plain (mlx-lm generate_step)", "environment": environment(cfg)}
+    return {
+        **cfg,
+        **scored,
+        "answers": answers,
+        "n_questions": len(qs["questions"]),
+        "decoding": "greedy, plain (mlx-lm generate_step)",
+        "environment": environment(cfg),
+    }

@@ -107,11 +107,16 @@ def test_schema_enums_match_the_registries(repo):
 
     schema = yaml.safe_load((repo / "config/schemas/config.schema.yaml").read_text())
     s = schema["properties"]["selfspec"]["properties"]
-    strategy_enums = [s["strategies"]["items"]["enum"], s["per_strategy"]["propertyNames"]["enum"],
-                      s["per_model"]["additionalProperties"]["properties"]["strategies"]["items"]["enum"]]
-    engine_enums = [s["engines"]["items"]["enum"],
-                    s["per_strategy"]["additionalProperties"]["properties"]["engines"]["items"]["enum"],
-                    s["per_model"]["additionalProperties"]["properties"]["engines"]["items"]["enum"]]
+    strategy_enums = [
+        s["strategies"]["items"]["enum"],
+        s["per_strategy"]["propertyNames"]["enum"],
+        s["per_model"]["additionalProperties"]["properties"]["strategies"]["items"]["enum"],
+    ]
+    engine_enums = [
+        s["engines"]["items"]["enum"],
+        s["per_strategy"]["additionalProperties"]["properties"]["engines"]["items"]["enum"],
+        s["per_model"]["additionalProperties"]["properties"]["engines"]["items"]["enum"],
+    ]
     for enum in strategy_enums:
         assert tuple(enum) == STRATEGIES
     for enum in engine_enums:

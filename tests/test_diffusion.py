@@ -21,12 +21,32 @@ from selfspec.diffusion.sampler import (
 MASK, EOS, B = 95, 94, 8
 # A real config.json's keys; use_qk_norm, score_function, expert bias, mask and EOS ids are absent.
 HF_CONFIG = dict(
-    model_type="llada2_moe", architectures=["LLaDA2MoeModelLM"], hidden_size=64, intermediate_size=96,
-    max_position_embeddings=512, moe_intermediate_size=32, num_experts=8, num_shared_experts=1,
-    norm_topk_prob=True, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts_per_tok=2,
-    num_hidden_layers=3, rms_norm_eps=1e-6, rope_theta=100.0, vocab_size=96, first_k_dense_replace=1,
-    partial_rotary_factor=0.5, n_group=4, topk_group=2, routed_scaling_factor=2.5, use_qkv_bias=False,
-    use_bias=False, tie_word_embeddings=False, rope_scaling=None,
+    model_type="llada2_moe",
+    architectures=["LLaDA2MoeModelLM"],
+    hidden_size=64,
+    intermediate_size=96,
+    max_position_embeddings=512,
+    moe_intermediate_size=32,
+    num_experts=8,
+    num_shared_experts=1,
+    norm_topk_prob=True,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    num_experts_per_tok=2,
+    num_hidden_layers=3,
+    rms_norm_eps=1e-6,
+    rope_theta=100.0,
+    vocab_size=96,
+    first_k_dense_replace=1,
+    partial_rotary_factor=0.5,
+    n_group=4,
+    topk_group=2,
+    routed_scaling_factor=2.5,
+    use_qkv_bias=False,
+    use_bias=False,
+    tie_word_embeddings=False,
+    rope_scaling=None,
 )
 PROMPT = [(7 * i + 3) % 90 for i in range(16)]
 
@@ -63,11 +83,8 @@ def trace(model, prompt=PROMPT, **kw):
 def test_block_causal_mask_pattern():
     m = np.array(block_causal_mask(5, 2))
     expected = np.array(
-        [[1, 1, 0, 0, 0],
-         [1, 1, 0, 0, 0],
-         [1, 1, 1, 1, 0],
-         [1, 1, 1, 1, 0],
-         [1, 1, 1, 1, 1]], dtype=bool)
+        [[1, 1, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=bool
+    )
     assert m.dtype == np.bool_ and (m == expected).all()
     # Queries at positions 3..5 over keys 0..5: position 3 is in block 1 and cannot see block 2.
     tail = np.array(block_causal_mask(3, 2, offset=3))
@@ -178,8 +195,12 @@ def test_moe_block_matches_loop(model):
     x = np.random.default_rng(2).normal(size=(5, 64)).astype(np.float32)
     got = np.array(moe(mx.array(x)[None])[0])
     routes, _ = route_loop(x, np.array(moe.gate.gate_proj.weight), np.array(moe.gate.expert_bias))
-    g, u, d = (np.array(getattr(moe.switch_mlp, n).weight, dtype=np.float64) for n in ("gate_proj", "up_proj", "down_proj"))
-    sg, su, sd = (np.array(getattr(moe.shared_experts, n).weight, dtype=np.float64) for n in ("gate_proj", "up_proj", "down_proj"))
+    g, u, d = (
+        np.array(getattr(moe.switch_mlp, n).weight, dtype=np.float64) for n in ("gate_proj", "up_proj", "down_proj")
+    )
+    sg, su, sd = (
+        np.array(getattr(moe.shared_experts, n).weight, dtype=np.float64) for n in ("gate_proj", "up_proj", "down_proj")
+    )
 
     def glu(wg, wu, wd, v):
         a = wg @ v
@@ -263,7 +284,6 @@ def test_quantized_hf_equals_saved_quantized_mlx(model, tmp_path):
     assert np.array_equal(logits(reloaded), logits(q))
 
 
-
 def test_load_with_tokenizer(model, tmp_path):
     from tiny_models import write_tokenizer
 
@@ -273,6 +293,7 @@ def test_load_with_tokenizer(model, tmp_path):
     write_tokenizer(d)
     m, tok = load(d)
     assert EOS_TOKEN_ID in tok.eos_token_ids and np.array_equal(logits(m), logits(model))
+
 
 # ---- sampler --------------------------------------------------------------------------------
 

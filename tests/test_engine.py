@@ -77,7 +77,9 @@ def test_selfspec_is_lossless(model, prompt, reference, plan_name, k, engine):
 def test_confidence_threshold_stops_drafts_early_and_stays_lossless(model, prompt, reference):
     plan = make_plan("middle", len(model.layers), 0.3)
     fixed = timed_generation(lambda: selfspec_loop(model_parts(model), prompt, MAX, plan, 6), len(prompt))
-    early = timed_generation(lambda: selfspec_loop(model_parts(model), prompt, MAX, plan, 6, threshold=0.99), len(prompt))
+    early = timed_generation(
+        lambda: selfspec_loop(model_parts(model), prompt, MAX, plan, 6, threshold=0.99), len(prompt)
+    )
     assert early.tokens == reference
     assert early.drafted < fixed.drafted
 

@@ -47,8 +47,9 @@ def workdir(tmp_path, layers=6):
 def start(d: Path, *args) -> subprocess.Popen:
     """snakemake in its own session, so that the whole run can be killed as a user's would be."""
     cmd = [sys.executable, "-m", "snakemake", "--configfile", "config/test.yaml", "--cores", "1", *args]
-    return subprocess.Popen(cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
 
 
 def script_pids(d: Path, script: str):
@@ -143,8 +144,10 @@ def broken_copy(d: Path, src: Path) -> Path:
             (broken / f.name).write_bytes(f.read_bytes())
     weights = mx.load(str(src / "model.safetensors"))
     names = sorted(weights)
-    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
-              "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+    shards = {
+        "model-00001-of-00002.safetensors": names[: len(names) // 2],
+        "model-00002-of-00002.safetensors": names[len(names) // 2 :],
+    }
     for shard, keys in shards.items():
         mx.save_safetensors(str(broken / shard), {k: weights[k] for k in keys}, metadata={"format": "mlx"})
     index = {"metadata": {}, "weight_map": {k: s for s, keys in shards.items() for k in keys}}
@@ -172,8 +175,13 @@ def test_missing_weight_file_fails_only_its_model(tmp_path):
 
     # Fixed (the shard is back): the rerun runs the broken model's jobs only.
     (d / "shard2.saved").rename(broken / "model-00002-of-00002.safetensors")
-    assert planned_jobs(d, SUMMARY) == {"quantize_model": 1, "reference_outputs": 1, "profile_model": 1,
-                                        "selfspec_cell": 2, "aggregate": 1}
+    assert planned_jobs(d, SUMMARY) == {
+        "quantize_model": 1,
+        "reference_outputs": 1,
+        "profile_model": 1,
+        "selfspec_cell": 2,
+        "aggregate": 1,
+    }
     snakemake(d, "--cores", "1", SUMMARY)
     assert [p.stat().st_mtime for p in tiny_cells] == mtimes
     assert len(list((d / "results/selfspec/broken/middle").glob("*.json"))) == 2

@@ -25,10 +25,7 @@ def test_local_directory_without_config_is_named(tmp_path):
 
 
 def test_unreachable_hub_names_the_model_and_the_offline_default():
-    code = (
-        "from selfspec.core.fetch import fetch\n"
-        "fetch('qwen', 'selfspec-test/does-not-exist-anywhere')\n"
-    )
+    code = "from selfspec.core.fetch import fetch\nfetch('qwen', 'selfspec-test/does-not-exist-anywhere')\n"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode != 0

@@ -14,8 +14,14 @@ import pytest
 
 from selfspec.core.atomic import write_json
 from selfspec.core.guards import ALLOW_OVERSIZE, LIMIT_GB, ModelTooLargeError
-from selfspec.core.integrity import (IntegrityError, check_config_json, check_gguf, check_model_dir, check_safetensors,
-                                load_gguf)
+from selfspec.core.integrity import (
+    IntegrityError,
+    check_config_json,
+    check_gguf,
+    check_model_dir,
+    check_safetensors,
+    load_gguf,
+)
 from selfspec.core.models import load
 from tiny_models import write_model_dir
 
@@ -40,7 +46,7 @@ def test_safetensors_truncated_or_corrupt_is_named(tmp_path):
         "half.safetensors": (data[: len(data) // 2], "truncated safetensors file .*need"),
         "tiny.safetensors": (data[:5], "not even the 8-byte header length"),
         "header.safetensors": (data[:8] + b"{not json" + data[17:], "not valid JSON"),
-        "length.safetensors": ((10 ** 12).to_bytes(8, "little") + data[8:], "header length .* implausible"),
+        "length.safetensors": ((10**12).to_bytes(8, "little") + data[8:], "header length .* implausible"),
         "cut_header.safetensors": (data[:20], "truncated safetensors file \\(header of"),
     }
     for name, (content, why) in cases.items():

@@ -18,14 +18,23 @@ PLANTED = (2, 7)  # not the middle block, which for 10 layers at 0.2 is layers 4
 
 def flat_latency(verify_b=0.0):
     """Synthetic costs: attention and MLP equal, verify cost flat (as on Apple Silicon)."""
-    return LatencyModel(attn_a=1e-3, attn_b=0.0, mlp=1e-3, fixed=1e-3, verify_a=N * 2e-3 + 1e-3,
-                        verify_b=verify_b, n_layers=N, attn_min=1e-3)
+    return LatencyModel(
+        attn_a=1e-3,
+        attn_b=0.0,
+        mlp=1e-3,
+        fixed=1e-3,
+        verify_a=N * 2e-3 + 1e-3,
+        verify_b=verify_b,
+        n_layers=N,
+        attn_min=1e-3,
+    )
 
 
 @pytest.fixture(scope="module")
 def planted():
-    model = build_model(make_args("llama", layers=N, tie_word_embeddings=False), seed=5,
-                        scale={i: 1e-3 for i in PLANTED})
+    model = build_model(
+        make_args("llama", layers=N, tie_word_embeddings=False), seed=5, scale={i: 1e-3 for i in PLANTED}
+    )
     prompts = [[(11 * i + 5 * b) % 290 + 1 for i in range(12)] for b in range(4)]
     seqs = []
     for p in prompts:
@@ -151,10 +160,18 @@ def test_search_keeps_the_fastest_timed_draft_within_the_limits():
     from selfspec.layerskip.search import select_searched
 
     def row(frac, k, speed, layers, same=True):
-        return {"budget_fraction": frac, "num_draft": k, "measured_speedup": speed, "identical_to_plain": same,
-                "skipped_sublayers": [{"layer": i, "part": "attention"} for i in layers]}
+        return {
+            "budget_fraction": frac,
+            "num_draft": k,
+            "measured_speedup": speed,
+            "identical_to_plain": same,
+            "skipped_sublayers": [{"layer": i, "part": "attention"} for i in layers],
+        }
 
-    search = {"n_layers": 6, "measured": [row(0.2, 2, 1.05, [1]), row(0.5, 4, 1.2, [1, 2]), row(0.4, 2, 1.3, [3], False)]}
+    search = {
+        "n_layers": 6,
+        "measured": [row(0.2, 2, 1.05, [1]), row(0.5, 4, 1.2, [1, 2]), row(0.4, 2, 1.3, [3], False)],
+    }
     sel = select_searched(search, 0.6, 6)
     assert sel["plan"].skipped == ((1, "attention"), (2, "attention")) and sel["num_draft"] == 4
     assert sel["calibration_speedup"] == 1.2  # the draft whose tokens differed is never chosen

@@ -64,14 +64,31 @@ def test_every_cell_is_written_lossless_and_complete(run):
     assert len(paths) == N_MIDDLE + N_ADAPTIVE
     for p in paths:
         c = json.loads(p.read_text())
-        for key in ("model", "strategy", "skip_fraction", "num_draft", "n_layers", "skipped_layers", "baseline_tps",
-                    "candidate_tps", "speedup", "speedup_ci", "acceptance_rate", "tokens_per_pass", "lossless",
-                    "peak_memory_gb", "environment", "per_prompt", "engine"):
+        for key in (
+            "model",
+            "strategy",
+            "skip_fraction",
+            "num_draft",
+            "n_layers",
+            "skipped_layers",
+            "baseline_tps",
+            "candidate_tps",
+            "speedup",
+            "speedup_ci",
+            "acceptance_rate",
+            "tokens_per_pass",
+            "lossless",
+            "peak_memory_gb",
+            "environment",
+            "per_prompt",
+            "engine",
+        ):
             assert key in c, f"{p} lacks {key}"
         assert c["lossless"] is True
         assert c["n_layers"] == 6
-        assert c["skip_basis"] == ("share of layers skipped" if c["strategy"] == "middle"
-                                   else "most of the skippable per-token time skipped")
+        assert c["skip_basis"] == (
+            "share of layers skipped" if c["strategy"] == "middle" else "most of the skippable per-token time skipped"
+        )
         if c["strategy"] in ("knapsack", "auto", "search"):
             assert c["engine"] == "ours" and p.name.endswith("_ours.json")
             # search falls back only when it timed no draft within the cell's limits.
@@ -134,8 +151,15 @@ def test_tables_summary_and_plots(run):
     assert md.count("\n") == len(df) + 2
     from PIL import Image
 
-    for name in ("selfspec_heatmap.png", "selfspec_vs_skip.png", "acceptance_vs_cost.png", "sublayer_map.png",
-                 "predicted_vs_measured.png", "profile_tiny.png", "profile_tiny-q4.png"):
+    for name in (
+        "selfspec_heatmap.png",
+        "selfspec_vs_skip.png",
+        "acceptance_vs_cost.png",
+        "sublayer_map.png",
+        "predicted_vs_measured.png",
+        "profile_tiny.png",
+        "profile_tiny-q4.png",
+    ):
         w, h = Image.open(d / "results/plots" / name).size
         assert w >= 400 and h >= 300
 
@@ -151,9 +175,19 @@ def test_logs_and_benchmarks_mirror_the_outputs(run):
         header = bench[0].split("\t")
         row = dict(zip(header, bench[1].split("\t")))
         assert float(row["s"]) > 0 and "max_rss" in row
-    for rel in ("models/tiny/fetch", "models/tiny-q4/quantize", "reference/tiny/stdlib_code", "profile/tiny",
-                "calibration/tiny", "search/tiny", "tables/aggregate", "plots/plot_selfspec", "plots/plot_adaptive",
-                "plots/profile_tiny", "bench/engine"):
+    for rel in (
+        "models/tiny/fetch",
+        "models/tiny-q4/quantize",
+        "reference/tiny/stdlib_code",
+        "profile/tiny",
+        "calibration/tiny",
+        "search/tiny",
+        "tables/aggregate",
+        "plots/plot_selfspec",
+        "plots/plot_adaptive",
+        "plots/profile_tiny",
+        "bench/engine",
+    ):
         assert (d / "logs" / f"{rel}.log").is_file(), rel
         assert (d / "benchmarks" / f"{rel}.tsv").is_file(), rel
 
@@ -246,8 +280,7 @@ def test_new_grid_value_schedules_only_new_cells(run):
     grown["selfspec"]["draft_lengths"] = DRAFTS + [4]
     write_config(d, grown, "grown.yaml")
     jobs = planned_jobs(d, config="config/grown.yaml")
-    assert jobs == {"selfspec_cell": 2 * len(SKIPS), "aggregate": 1, "plot_selfspec": 1, "plot_adaptive": 1,
-                    "all": 1}
+    assert jobs == {"selfspec_cell": 2 * len(SKIPS), "aggregate": 1, "plot_selfspec": 1, "plot_adaptive": 1, "all": 1}
 
 
 def test_auto_margin_reruns_only_auto_cells(run):
@@ -276,9 +309,20 @@ def test_changing_one_model_reruns_only_that_model(run):
     write_config(d, changed, "changed.yaml")
     jobs = planned_jobs(d, config="config/changed.yaml")
     n = len(SKIPS) * len(DRAFTS) + 3
-    assert jobs == {"quantize_model": 1, "reference_outputs": 1, "profile_model": 1, "calibrate_model": 1,
-                    "search_model": 1, "plot_profile": 1, "selfspec_cell": n, "noise_floor": 1, "aggregate": 1,
-                    "plot_selfspec": 1, "plot_adaptive": 1, "all": 1}
+    assert jobs == {
+        "quantize_model": 1,
+        "reference_outputs": 1,
+        "profile_model": 1,
+        "calibrate_model": 1,
+        "search_model": 1,
+        "plot_profile": 1,
+        "selfspec_cell": n,
+        "noise_floor": 1,
+        "aggregate": 1,
+        "plot_selfspec": 1,
+        "plot_adaptive": 1,
+        "all": 1,
+    }
 
 
 def test_study_plans_the_seeds_cells(repo):
@@ -286,11 +330,14 @@ def test_study_plans_the_seeds_cells(repo):
 
     proc = run_snakemake(repo, "-n", "--cores", "1", config="config/study.yaml")
     out = proc.stdout
-    middle = sorted({l.split("output: ")[1] for l in out.splitlines()
-                     if "output: results/selfspec/" in l and "/middle/" in l})
+    middle = sorted(
+        {l.split("output: ")[1] for l in out.splitlines() if "output: results/selfspec/" in l and "/middle/" in l}
+    )
     expected = sorted(
         f"results/selfspec/{m}/middle/skip{f}_draft{k}.json"
-        for m in ("qwen3-4b-4bit", "llama3.1-8b-4bit") for f in ("0.1", "0.2", "0.3", "0.5") for k in (2, 3, 5)
+        for m in ("qwen3-4b-4bit", "llama3.1-8b-4bit")
+        for f in ("0.1", "0.2", "0.3", "0.5")
+        for k in (2, 3, 5)
     )
     assert middle == expected  # the seeds' 24 cells, on mlx-lm's loop
     adaptive = [l for l in out.splitlines() if "output: results/selfspec/" in l and "/middle/" not in l]

@@ -47,8 +47,15 @@ def dry_run_jobs(workdir: Path, *targets: str, config: str):
 
 
 # Rules with one output per job; the tables' and plots' logs are named after the rule instead.
-MIRRORED = {"reference_outputs", "profile_model", "calibrate_model", "search_model", "selfspec_cell",
-            "specdec_cell", "quality_score"}
+MIRRORED = {
+    "reference_outputs",
+    "profile_model",
+    "calibrate_model",
+    "search_model",
+    "selfspec_cell",
+    "specdec_cell",
+    "quality_score",
+}
 
 
 def test_every_job_logs_and_benchmarks_under_its_own_tree(tmp_path):
@@ -56,17 +63,25 @@ def test_every_job_logs_and_benchmarks_under_its_own_tree(tmp_path):
     # The study plans every rule: hub models, all four strategies, two-model cells, quality.
     jobs = dry_run_jobs(tmp_path, "all", "bench", config="config/study.yaml")
     rules = {r for r, _ in jobs}
-    assert {"fetch_model", "quantize_model", "specdec_cell", "quality_score", "compare_techniques",
-            "plot_techniques", "engine_bench", "search_model"} <= rules
+    assert {
+        "fetch_model",
+        "quantize_model",
+        "specdec_cell",
+        "quality_score",
+        "compare_techniques",
+        "plot_techniques",
+        "engine_bench",
+        "search_model",
+    } <= rules
     for rule, f in jobs:
         if rule in ("all", "bench"):
             continue
         log, bench = f["log"], f["benchmark"]
         assert log.startswith("logs/") and log.endswith(".log"), (rule, log)
-        assert bench == "benchmarks/" + log[len("logs/"):-len(".log")] + ".tsv", (rule, bench)
+        assert bench == "benchmarks/" + log[len("logs/") : -len(".log")] + ".tsv", (rule, bench)
         if rule in MIRRORED:
             out = f["output"]
-            assert log == "logs/" + out[len("results/"):].rsplit(".", 1)[0] + ".log", (rule, log)
+            assert log == "logs/" + out[len("results/") :].rsplit(".", 1)[0] + ".log", (rule, log)
 
 
 def caption_uses():
@@ -127,4 +142,6 @@ def test_conda_env_mirrors_pyproject():
     # Every rule declares it.
     for smk in (REPO / "rules").glob("*.smk"):
         t = smk.read_text()
-        assert t.count("\nrule ") - t.count("\nrule bench:\n") == t.count('conda:\n        "../envs/selfspec.yaml"'), smk
+        assert t.count("\nrule ") - t.count("\nrule bench:\n") == t.count('conda:\n        "../envs/selfspec.yaml"'), (
+            smk
+        )

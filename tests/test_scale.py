@@ -14,8 +14,9 @@ from workflow import REPO, copy_workflow, planned_jobs, write_config
 PROMPTS = ["parse_args", "lru_class", "read_config", "loop_dict"]
 
 
-def synth_cell(model, strategy, engine, skip, draft, *, baseline_tps, started_at, speedup=0.8, diverge_at=None,
-               n_layers=12):
+def synth_cell(
+    model, strategy, engine, skip, draft, *, baseline_tps, started_at, speedup=0.8, diverge_at=None, n_layers=12
+):
     """A cell JSON with every field the report reads, as selfspec/cell.py writes them."""
     n_skip = max(1, round(n_layers * skip))
     first = (n_layers - n_skip) // 2
@@ -23,33 +24,85 @@ def synth_cell(model, strategy, engine, skip, draft, *, baseline_tps, started_at
     per_prompt = []
     for i, pid in enumerate(PROMPTS):
         bad = diverge_at is not None and i == 0
-        per_prompt.append({
-            "prompt_id": pid, "prompt_tokens": 20 + 5 * i, "tokens": list(range(24)), "lossless": not bad,
-            "first_divergence": diverge_at if bad else None, "plain_matches_reference": True,
-            "speedup": speedup, "runs": [],
-        })
+        per_prompt.append(
+            {
+                "prompt_id": pid,
+                "prompt_tokens": 20 + 5 * i,
+                "tokens": list(range(24)),
+                "lossless": not bad,
+                "first_divergence": diverge_at if bad else None,
+                "plain_matches_reference": True,
+                "speedup": speedup,
+                "runs": [],
+            }
+        )
     return {
-        "model": model, "strategy": strategy, "skip_fraction": skip, "num_draft": draft, "engine": engine,
-        "max_tokens": 24, "repeats": 2, "prompt_set": "stdlib_code", "draft_threshold": None,
-        "draft_adapt_target": None, "auto_margin": None, "n_layers": n_layers, "skipped_layers": skipped,
+        "model": model,
+        "strategy": strategy,
+        "skip_fraction": skip,
+        "num_draft": draft,
+        "engine": engine,
+        "max_tokens": 24,
+        "repeats": 2,
+        "prompt_set": "stdlib_code",
+        "draft_threshold": None,
+        "draft_adapt_target": None,
+        "auto_margin": None,
+        "n_layers": n_layers,
+        "skipped_layers": skipped,
         "skipped_sublayers": [{"layer": l, "part": p} for l in skipped for p in ("attention", "mlp")],
-        "draft_length_used": draft, "predicted_speedup": None, "fallback": False,
-        "baseline_engine": "mlx_lm.generate_step", "baseline_tps": baseline_tps, "candidate_tps": baseline_tps * speedup,
-        "baseline_e2e_tps": baseline_tps * 0.9, "candidate_e2e_tps": baseline_tps * speedup * 0.9,
-        "speedup": speedup, "speedup_ci": [speedup * 0.9, speedup * 1.1], "speedup_pooled": speedup,
-        "speedup_e2e": speedup, "speedup_e2e_ci": [speedup * 0.9, speedup * 1.1], "speedup_e2e_pooled": speedup,
-        "acceptance_rate": 0.5, "drafted_tokens": 40, "accepted_tokens": 20, "tokens_per_pass": 1.6,
-        "lossless": diverge_at is None, "lossless_prompts": 4 - (diverge_at is not None),
-        "peak_memory_gb": 0.2, "baseline_peak_memory_gb": 0.2, "pairs": 8, "per_prompt": per_prompt,
-        "wall_seconds": 3.0, "started_at": started_at, "finished_at": started_at + 3.0,
-        "environment": {"chip": "test", "machine": "x86_64", "os": "Linux", "backend_device": "cpu", "mlx": "0",
-                        "mlx_lm": "0", "python": "3", "blas": "openblas (/usr/lib/libopenblas.so.0)"},
+        "draft_length_used": draft,
+        "predicted_speedup": None,
+        "fallback": False,
+        "baseline_engine": "mlx_lm.generate_step",
+        "baseline_tps": baseline_tps,
+        "candidate_tps": baseline_tps * speedup,
+        "baseline_e2e_tps": baseline_tps * 0.9,
+        "candidate_e2e_tps": baseline_tps * speedup * 0.9,
+        "speedup": speedup,
+        "speedup_ci": [speedup * 0.9, speedup * 1.1],
+        "speedup_pooled": speedup,
+        "speedup_e2e": speedup,
+        "speedup_e2e_ci": [speedup * 0.9, speedup * 1.1],
+        "speedup_e2e_pooled": speedup,
+        "acceptance_rate": 0.5,
+        "drafted_tokens": 40,
+        "accepted_tokens": 20,
+        "tokens_per_pass": 1.6,
+        "lossless": diverge_at is None,
+        "lossless_prompts": 4 - (diverge_at is not None),
+        "peak_memory_gb": 0.2,
+        "baseline_peak_memory_gb": 0.2,
+        "pairs": 8,
+        "per_prompt": per_prompt,
+        "wall_seconds": 3.0,
+        "started_at": started_at,
+        "finished_at": started_at + 3.0,
+        "environment": {
+            "chip": "test",
+            "machine": "x86_64",
+            "os": "Linux",
+            "backend_device": "cpu",
+            "mlx": "0",
+            "mlx_lm": "0",
+            "python": "3",
+            "blas": "openblas (/usr/lib/libopenblas.so.0)",
+        },
     }
 
 
 def synth_profile(model, n_layers=12):
-    fit = {"attn_a": 1e-4, "attn_b": 1e-7, "mlp": 3e-4, "fixed": 2e-4, "verify_a": 6e-3, "verify_b": 1e-3,
-           "n_layers": n_layers, "attn_contexts": [32, 256, 1024], "attn_seconds": [1e-4, 1.3e-4, 2e-4]}
+    fit = {
+        "attn_a": 1e-4,
+        "attn_b": 1e-7,
+        "mlp": 3e-4,
+        "fixed": 2e-4,
+        "verify_a": 6e-3,
+        "verify_b": 1e-3,
+        "n_layers": n_layers,
+        "attn_contexts": [32, 256, 1024],
+        "attn_seconds": [1e-4, 1.3e-4, 2e-4],
+    }
     return {"model": model, "fit": fit}
 
 
@@ -58,9 +111,15 @@ def run_cells(model, tps, hours=2.0, n=24, noise=0.02, seed=0):
     rng = random.Random(seed)
     t0 = 1.8e9
     return [
-        synth_cell(model, "middle", "mlx_lm", round(0.05 + 0.02 * i, 2), 2,
-                   baseline_tps=tps(i / (n - 1)) * (1 + rng.uniform(-noise, noise)),
-                   started_at=t0 + hours * 3600 * i / (n - 1))
+        synth_cell(
+            model,
+            "middle",
+            "mlx_lm",
+            round(0.05 + 0.02 * i, 2),
+            2,
+            baseline_tps=tps(i / (n - 1)) * (1 + rng.uniform(-noise, noise)),
+            started_at=t0 + hours * 3600 * i / (n - 1),
+        )
         for i in range(n)
     ]
 
@@ -105,9 +164,24 @@ def test_thousand_cells_aggregate_in_seconds(tmp_path):
                 for k in DRAFTS:
                     t += 30
                     diverge = 7 if rng.random() < 0.03 else None
-                    cell = synth_cell(m, "middle", e, s, k, baseline_tps=100 * (1 + rng.uniform(-0.02, 0.02)),
-                                      started_at=t, speedup=rng.uniform(0.3, 1.3), diverge_at=diverge)
-                    p = tmp_path / "selfspec" / m / "middle" / f"skip{s:g}_draft{k}{'' if e == 'mlx_lm' else '_ours'}.json"
+                    cell = synth_cell(
+                        m,
+                        "middle",
+                        e,
+                        s,
+                        k,
+                        baseline_tps=100 * (1 + rng.uniform(-0.02, 0.02)),
+                        started_at=t,
+                        speedup=rng.uniform(0.3, 1.3),
+                        diverge_at=diverge,
+                    )
+                    p = (
+                        tmp_path
+                        / "selfspec"
+                        / m
+                        / "middle"
+                        / f"skip{s:g}_draft{k}{'' if e == 'mlx_lm' else '_ours'}.json"
+                    )
                     p.parent.mkdir(parents=True, exist_ok=True)
                     p.write_text(json.dumps(cell, indent=1))
                     paths.append(p)
@@ -145,8 +219,15 @@ def test_thousand_cell_grid_dry_run_is_fast(tmp_path):
     src = str(REPO / "models" / "stdlib-llama-12l")
     cfg = {
         "models": {m: {"source": src, "quantize": None} for m in MODELS},
-        "selfspec": {"strategies": ["middle"], "engines": ENGINES, "skip_fractions": SKIPS, "draft_lengths": DRAFTS,
-                     "max_tokens": 24, "repeats": 2, "prompt_set": "stdlib_code"},
+        "selfspec": {
+            "strategies": ["middle"],
+            "engines": ENGINES,
+            "skip_fractions": SKIPS,
+            "draft_lengths": DRAFTS,
+            "max_tokens": 24,
+            "repeats": 2,
+            "prompt_set": "stdlib_code",
+        },
     }
     write_config(tmp_path, cfg)
     t0 = time.perf_counter()

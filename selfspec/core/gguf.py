@@ -109,8 +109,9 @@ def mlx_name(gguf_name: str, path="") -> str:
             raise GGUFError(f"{path}: tensor '{gguf_name}' has no mlx-lm counterpart")
         return f"model.layers.{layer}.{BLOCK_NAMES[kind]}.{suffix}"
     if stem not in TOP_NAMES:
-        raise GGUFError(f"{path}: tensor '{gguf_name}' has no mlx-lm counterpart (e.g. RoPE frequency tables "
-                        "are not supported)")
+        raise GGUFError(
+            f"{path}: tensor '{gguf_name}' has no mlx-lm counterpart (e.g. RoPE frequency tables are not supported)"
+        )
     return f"{TOP_NAMES[stem]}.{suffix}"
 
 
@@ -119,8 +120,9 @@ def quantized_bits(weight: mx.array, scales: mx.array) -> int:
     return weight.shape[-1] * 32 // (scales.shape[-1] * GROUP_SIZE)
 
 
-def convert_weights(tensors: Dict[str, mx.array], dequantize: bool, path="",
-                    dtype: str = "float32") -> Tuple[Dict[str, mx.array], Dict]:
+def convert_weights(
+    tensors: Dict[str, mx.array], dequantize: bool, path="", dtype: str = "float32"
+) -> Tuple[Dict[str, mx.array], Dict]:
     """Tensors under mlx-lm names, and the per-module quantization ({} when none is left).
 
     dequantize: return every tensor in `dtype` instead of keeping GGUF's own quantization.
@@ -171,24 +173,28 @@ def build_tokenizer(meta: Dict, path=""):
     tokens = list(meta["tokenizer.ggml.tokens"])
     merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
     types = _scalar(meta.get("tokenizer.ggml.token_type")) or [1] * len(tokens)
-    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False,
-                               byte_fallback=False))
+    tok = Tokenizer(
+        models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False, byte_fallback=False)
+    )
     pre = _scalar(meta.get("tokenizer.ggml.pre")) or "default"
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     split = {
         "default": [pre_tokenizers.Split(Regex(GPT2_PATTERN), behavior="isolated")],
         "gpt2": [pre_tokenizers.Split(Regex(GPT2_PATTERN), behavior="isolated")],
         # SmolLM: every digit on its own, then GPT-2's split.
-        "smollm": [pre_tokenizers.Digits(individual_digits=True),
-                   pre_tokenizers.Split(Regex(GPT2_PATTERN), behavior="isolated")],
+        "smollm": [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.Split(Regex(GPT2_PATTERN), behavior="isolated"),
+        ],
         "qwen2": [pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated")],
     }
     if pre not in split:
         raise GGUFError(f"{path}: pre-tokenizer '{pre}' is not supported (supported: {', '.join(split)})")
     tok.pre_tokenizer = pre_tokenizers.Sequence(split[pre] + [byte_level])
     tok.decoder = decoders.ByteLevel()
-    special = [AddedToken(tokens[i], special=True, normalized=False)
-               for i, t in enumerate(types) if t == TOKEN_TYPE_CONTROL]
+    special = [
+        AddedToken(tokens[i], special=True, normalized=False) for i, t in enumerate(types) if t == TOKEN_TYPE_CONTROL
+    ]
     tok.add_special_tokens(special)
 
     def token(key):
@@ -207,8 +213,9 @@ def build_tokenizer(meta: Dict, path=""):
     )
 
 
-def gguf_to_mlx(path, out_dir, dequantize: bool = False, dtype: str = "float32",
-                log: Callable[[str], None] = lambda _: None) -> Dict:
+def gguf_to_mlx(
+    path, out_dir, dequantize: bool = False, dtype: str = "float32", log: Callable[[str], None] = lambda _: None
+) -> Dict:
     """Write `out_dir` as an mlx-lm model directory from a GGUF file.
 
     dequantize: store `dtype` weights instead of GGUF's own quantization (which is kept per
@@ -237,6 +244,8 @@ def gguf_to_mlx(path, out_dir, dequantize: bool = False, dtype: str = "float32",
     (out_dir / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=1) + "\n")
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
     size = (out_dir / "model.safetensors").stat().st_size
-    log(f"wrote {out_dir} ({size / 1e6:.0f} MB, {dtype if dequantize else 'quantized as in the GGUF'}) "
-        f"in {time.perf_counter() - t0:.1f} s")
+    log(
+        f"wrote {out_dir} ({size / 1e6:.0f} MB, {dtype if dequantize else 'quantized as in the GGUF'}) "
+        f"in {time.perf_counter() - t0:.1f} s"
+    )
     return {"config": cfg, "quantization": q, "weights_bytes": size}

@@ -67,8 +67,13 @@ def check_fits(what: str, weight_bytes: int) -> Dict:
     headroom = float(os.environ.get(HEADROOM) or DEFAULT_HEADROOM)
     need = int(weight_bytes * headroom)
     avail, source = available_memory()
-    info = {"weight_bytes": weight_bytes, "headroom": headroom, "need_bytes": need,
-            "available_bytes": avail, "available_from": source}
+    info = {
+        "weight_bytes": weight_bytes,
+        "headroom": headroom,
+        "need_bytes": need,
+        "available_bytes": avail,
+        "available_from": source,
+    }
     if avail is None or need <= avail:
         return info
     msg = (

@@ -13,9 +13,23 @@ from typing import Dict, List, Optional, Tuple
 
 # Bytes per element of the safetensors dtypes.
 SAFETENSORS_DTYPES = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
-    "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
-    "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8, "C64": 8,
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "U16": 2,
+    "I16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "U32": 4,
+    "I32": 4,
+    "F32": 4,
+    "U64": 8,
+    "I64": 8,
+    "F64": 8,
+    "C64": 8,
 }
 # A safetensors header is a few KB per hundred tensors; anything beyond this is garbage.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -68,7 +82,9 @@ def check_safetensors(path) -> Dict:
             shape = [int(d) for d in info["shape"]]
             dtype = info["dtype"]
         except (KeyError, TypeError, ValueError):
-            raise IntegrityError(f"{path}: corrupt safetensors header (tensor '{name}' lacks dtype/shape/data_offsets)") from None
+            raise IntegrityError(
+                f"{path}: corrupt safetensors header (tensor '{name}' lacks dtype/shape/data_offsets)"
+            ) from None
         item = SAFETENSORS_DTYPES.get(dtype)
         if stop < begin or (item is not None and stop - begin != math.prod(shape) * item):
             raise IntegrityError(

@@ -71,8 +71,11 @@ def load(path: str) -> Tuple[nn.Module, Any]:
     files, size = check_model_dir(path)
     mem = check_fits(f"model directory {path}", size)
     avail = "unknown" if mem["available_bytes"] is None else f"{mem['available_bytes'] / 1e9:.3g} GB"
-    print(f"loading {path}: {len(files)} weight file(s), {size / 1e9:.3g} GB; available memory {avail}",
-          file=sys.stderr, flush=True)
+    print(
+        f"loading {path}: {len(files)} weight file(s), {size / 1e9:.3g} GB; available memory {avail}",
+        file=sys.stderr,
+        flush=True,
+    )
     t0 = time.perf_counter()
     loaded = mlx_load(str(path))
     print(f"loaded {path} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)

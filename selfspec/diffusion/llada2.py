@@ -93,8 +93,13 @@ class Gate(bailing_moe.BailingMoeGate):
         # The HF gate multiplies in float32; a quantized gate_proj accepts float32 input too.
         logits = self.gate_proj(x.astype(mx.float32))
         return route(
-            logits, self.expert_bias, self.top_k, self.n_group, self.topk_group,
-            self.routed_scaling_factor, self.score_function,
+            logits,
+            self.expert_bias,
+            self.top_k,
+            self.n_group,
+            self.topk_group,
+            self.routed_scaling_factor,
+            self.score_function,
         )
 
 
@@ -197,7 +202,9 @@ def load_model(
 
     # Quantize from lazy weights, as mlx-lm's convert does, not after evaluating all bf16 weights (32 GB for mini).
     model, config = mlx_load_model(
-        _local_path(str(path_or_repo)), lazy=lazy or bool(quantize), model_config=model_config,
+        _local_path(str(path_or_repo)),
+        lazy=lazy or bool(quantize),
+        model_config=model_config,
         get_model_classes=model_classes,
     )
     if quantize and "quantization" not in config:

@@ -248,7 +248,9 @@ class DiffusionStats:
         d = asdict(self)
         d.pop("committed_per_pass")
         d["tokens"] = len(self.tokens)
-        d.update(tokens_per_pass=self.tokens_per_pass, decode_tps=self.decode_tps, seconds_per_pass=self.seconds_per_pass)
+        d.update(
+            tokens_per_pass=self.tokens_per_pass, decode_tps=self.decode_tps, seconds_per_pass=self.seconds_per_pass
+        )
         return d
 
 

@@ -31,21 +31,38 @@ def _compare(records) -> Dict:
         "identical_tokens": s.lossless,
         "pairs": s.pairs,
         "acceptance_ours": s.acceptance_rate,
-        "acceptance_mlx_lm": acceptance(sum(r["baseline"].drafted for r in records),
-                                        sum(r["baseline"].accepted for r in records)),
+        "acceptance_mlx_lm": acceptance(
+            sum(r["baseline"].drafted for r in records), sum(r["baseline"].accepted for r in records)
+        ),
     }
 
 
-def engine_bench(model_path, prompt_set_path, *, model_name: str, skip_fraction: float, num_draft: int,
-                 repeats: int, max_tokens: int, draft_threshold: Optional[float] = None) -> Dict:
+def engine_bench(
+    model_path,
+    prompt_set_path,
+    *,
+    model_name: str,
+    skip_fraction: float,
+    num_draft: int,
+    repeats: int,
+    max_tokens: int,
+    draft_threshold: Optional[float] = None,
+) -> Dict:
     """Our loops against mlx-lm's on the same model and the same middle-skip draft.
 
     Our self-speculative loop runs as the `ours` cells run it (stopping below
     `draft_threshold`, at most `num_draft` drafts), and again at a fixed draft length, which
     isolates the shared cache from the dynamic draft length.
     """
-    cfg = dict(model=model_name, skip_fraction=skip_fraction, num_draft=num_draft, repeats=repeats,
-               max_tokens=max_tokens, prompt_set=Path(prompt_set_path).stem, draft_threshold=draft_threshold)
+    cfg = dict(
+        model=model_name,
+        skip_fraction=skip_fraction,
+        num_draft=num_draft,
+        repeats=repeats,
+        max_tokens=max_tokens,
+        prompt_set=Path(prompt_set_path).stem,
+        draft_threshold=draft_threshold,
+    )
     t0 = time.perf_counter()
     model, tokenizer = load(model_path)
     parts = model_parts(model)
@@ -59,21 +76,27 @@ def engine_bench(model_path, prompt_set_path, *, model_name: str, skip_fraction:
         prompts,
         lambda p: plain_stream(model, p, max_tokens),
         lambda p: plain_loop(parts, p, max_tokens),
-        eos, repeats, log=_log,
+        eos,
+        repeats,
+        log=_log,
     )
     _log(f"self-spec: ours (shared cache, threshold {draft_threshold}) vs mlx-lm speculative_generate_step, same draft")
     spec = paired_runs(
         prompts,
         lambda p: mlx_lm_selfspec_stream(model, draft, p, max_tokens, num_draft),
         lambda p: selfspec_loop(parts, p, max_tokens, plan, num_draft, draft_threshold),
-        eos, repeats, log=_log,
+        eos,
+        repeats,
+        log=_log,
     )
     _log("self-spec: ours at a fixed draft length vs mlx-lm speculative_generate_step, same draft")
     fixed = paired_runs(
         prompts,
         lambda p: mlx_lm_selfspec_stream(model, draft, p, max_tokens, num_draft),
         lambda p: selfspec_loop(parts, p, max_tokens, plan, num_draft),
-        eos, repeats, log=_log,
+        eos,
+        repeats,
+        log=_log,
     )
     p, s, f = _compare(plain), _compare(spec), _compare(fixed)
     return {
@@ -92,8 +115,11 @@ def engine_bench(model_path, prompt_set_path, *, model_name: str, skip_fraction:
         # The same, drafting num_draft every round: what the shared cache alone gives.
         "ours_fixed_vs_mlx_lm_spec": f["ratio"],
         "ours_fixed_vs_mlx_lm_spec_ci": f["ci"],
-        "acceptance": {"mlx_lm": s["acceptance_mlx_lm"], "ours": s["acceptance_ours"],
-                       "ours_fixed": f["acceptance_ours"]},
+        "acceptance": {
+            "mlx_lm": s["acceptance_mlx_lm"],
+            "ours": s["acceptance_ours"],
+            "ours_fixed": f["acceptance_ours"],
+        },
         "goals": {
             "plain_vs_mlx_lm": ">= 0.98",
             "ours_vs_mlx_lm_spec": ">= 1.10",
@@ -120,16 +146,42 @@ def sweep_figures(sweep_csv, model_name: str) -> Dict:
     adaptive = df[df.strategy.isin(ADAPTIVE) & ~df.fallback.astype(bool)]
     middle = df[df.strategy == "middle"]
     auto = df[df.strategy == "auto"]
-    out = {"best_adaptive_speedup": None, "adaptive_over_best_middle": None,
-           "auto_cells": [{"engine": r.engine, "speedup": float(r.speedup), "fallback": bool(r.fallback),
-                           "predicted_speedup": float(r.predicted_speedup)} for r in auto.itertuples()]}
+    out = {
+        "best_adaptive_speedup": None,
+        "adaptive_over_best_middle": None,
+        "auto_cells": [
+            {
+                "engine": r.engine,
+                "speedup": float(r.speedup),
+                "fallback": bool(r.fallback),
+                "predicted_speedup": float(r.predicted_speedup),
+            }
+            for r in auto.itertuples()
+        ],
+    }
     if len(adaptive):
         b = adaptive.loc[adaptive.speedup.idxmax()]
         out["best_adaptive_speedup"] = float(b.speedup)
-        out["best_adaptive_cell"] = {k: (v.item() if hasattr(v, "item") else v) for k, v in b[
-            ["strategy", "engine", "skip_fraction", "num_draft", "draft_length_used", "skipped_sublayers",
-             "acceptance_rate", "draft_cost_ratio", "predicted_speedup", "speedup_ci_low", "speedup_ci_high",
-             "lossless", "fallback"]].items()}
+        out["best_adaptive_cell"] = {
+            k: (v.item() if hasattr(v, "item") else v)
+            for k, v in b[
+                [
+                    "strategy",
+                    "engine",
+                    "skip_fraction",
+                    "num_draft",
+                    "draft_length_used",
+                    "skipped_sublayers",
+                    "acceptance_rate",
+                    "draft_cost_ratio",
+                    "predicted_speedup",
+                    "speedup_ci_low",
+                    "speedup_ci_high",
+                    "lossless",
+                    "fallback",
+                ]
+            ].items()
+        }
     if len(middle):
         m = middle.loc[middle.speedup.idxmax()]
         out["best_middle_speedup"] = float(m.speedup)

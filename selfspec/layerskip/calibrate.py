@@ -26,7 +26,9 @@ def _log(msg: str) -> None:
 def run_profile(model_path, model_name: str, **kw) -> Dict:
     model, _ = load(model_path)
     prof = profile_model(model, **kw)
-    _log(f"profile: attention {prof['attention_seconds']}, mlp {prof['mlp_seconds']}, verify ratio {prof['verify_ratio']}")
+    _log(
+        f"profile: attention {prof['attention_seconds']}, mlp {prof['mlp_seconds']}, verify ratio {prof['verify_ratio']}"
+    )
     cfg = {"model": model_name, **{k: list(v) if isinstance(v, (list, tuple)) else v for k, v in kw.items()}}
     return {**cfg, **prof, "environment": environment(cfg)}
 
@@ -42,8 +44,9 @@ def calibration_sequences(model, tokenizer, prompt_set_path, new_tokens: int):
     return mx.array([s[-length:] for s in seqs], dtype=mx.uint32), length - new_tokens
 
 
-def run_calibration(model_path, prompt_set_path, profile: Dict, *, model_name: str, new_tokens: int,
-                    bins: int = 48) -> Dict:
+def run_calibration(
+    model_path, prompt_set_path, profile: Dict, *, model_name: str, new_tokens: int, bins: int = 48
+) -> Dict:
     model, tokenizer = load(model_path)
     parts = model_parts(model)
     lat = LatencyModel.from_dict(profile["fit"])
@@ -54,25 +57,37 @@ def run_calibration(model_path, prompt_set_path, profile: Dict, *, model_name: s
     # How far each draft is from paying: the cost it would need, at its best draft length.
     for pt in front["points"]:
         for target, key in ((1.0, "cost_needed_for_1x"), (1.1, "cost_needed_for_1.1x")):
-            pt[key] = max(draft_cost_needed(pt, k, lat, target) for k in range(1, 9)) if pt["skipped_sublayers"] \
-                else None
-    _log(f"calibration: {len(front['points'])} budgets; best predicted {best['predicted_speedup']:.2f}x at k={best['num_draft']}")
-    cfg = {"model": model_name, "calibration_set": Path(prompt_set_path).stem, "new_tokens": new_tokens,
-           "bins": bins}
+            pt[key] = (
+                max(draft_cost_needed(pt, k, lat, target) for k in range(1, 9)) if pt["skipped_sublayers"] else None
+            )
+    _log(
+        f"calibration: {len(front['points'])} budgets; best predicted {best['predicted_speedup']:.2f}x at k={best['num_draft']}"
+    )
+    cfg = {"model": model_name, "calibration_set": Path(prompt_set_path).stem, "new_tokens": new_tokens, "bins": bins}
     return {
         **cfg,
         "n_layers": len(parts.layers),
         "sequences": int(seqs.shape[0]),
         "scored_positions": int(seqs.shape[0] * new_tokens),
         **front,
-        "best": {"predicted_speedup": best["predicted_speedup"], "num_draft": best["num_draft"],
-                 "budget": best["point"]["budget"] if best["point"] else None},
+        "best": {
+            "predicted_speedup": best["predicted_speedup"],
+            "num_draft": best["num_draft"],
+            "budget": best["point"]["budget"] if best["point"] else None,
+        },
         "environment": environment(cfg),
     }
 
 
-def select_plan(strategy: str, calibration: Dict, profile: Dict, skip_fraction: float, num_draft: int,
-                margin: float = 0.0, threshold: Optional[float] = None) -> Dict:
+def select_plan(
+    strategy: str,
+    calibration: Dict,
+    profile: Dict,
+    skip_fraction: float,
+    num_draft: int,
+    margin: float = 0.0,
+    threshold: Optional[float] = None,
+) -> Dict:
     """The draft a `knapsack` or `auto` cell runs, with its predicted speedup.
 
     The skip fraction caps the share of skippable time the draft may skip and num_draft caps
@@ -84,9 +99,18 @@ def select_plan(strategy: str, calibration: Dict, profile: Dict, skip_fraction: 
     best = choose(calibration, lat, skip_fraction, num_draft, threshold)
     n = calibration["n_layers"]
     if best["point"] is None or (strategy == "auto" and best["predicted_speedup"] <= 1.0 + margin):
-        return {"plan": SkipPlan(n), "num_draft": 0, "predicted_speedup": best["predicted_speedup"],
-                "fallback": True, "predicted_agreement": None}
+        return {
+            "plan": SkipPlan(n),
+            "num_draft": 0,
+            "predicted_speedup": best["predicted_speedup"],
+            "fallback": True,
+            "predicted_agreement": None,
+        }
     skipped = tuple((r["layer"], r["part"]) for r in best["point"]["skipped_sublayers"])
-    return {"plan": SkipPlan(n, skipped), "num_draft": best["num_draft"],
-            "predicted_speedup": best["predicted_speedup"], "fallback": False,
-            "predicted_agreement": best["point"]["agreement"]}
+    return {
+        "plan": SkipPlan(n, skipped),
+        "num_draft": best["num_draft"],
+        "predicted_speedup": best["predicted_speedup"],
+        "fallback": False,
+        "predicted_agreement": best["point"]["agreement"],
+    }

@@ -65,10 +65,13 @@ def selfspec_cell(
     inputs = {"profile": profile, "calibration": calibration, "search": search}
     missing = [k for k in strategy_of(strategy).needs if inputs[k] is None]
     if missing:
-        raise ValueError(f"strategy '{strategy}' needs the model's {', '.join(missing)} (rules profile_model, "
-                         "calibrate_model, search_model)")
-    selection = strategy_of(strategy).select(n_layers, skip_fraction, num_draft, inputs,
-                                             {"auto_margin": auto_margin, "draft_threshold": threshold})
+        raise ValueError(
+            f"strategy '{strategy}' needs the model's {', '.join(missing)} (rules profile_model, "
+            "calibrate_model, search_model)"
+        )
+    selection = strategy_of(strategy).select(
+        n_layers, skip_fraction, num_draft, inputs, {"auto_margin": auto_margin, "draft_threshold": threshold}
+    )
     plan = selection["plan"]
     draft_len = selection["num_draft"]
     prompts = encoded_prompts(tokenizer, prompt_set_path)

@@ -31,8 +31,9 @@ def _ours_candidate(model, plan, max_tokens, num_draft, threshold=None, adapt_ta
     from ..core.models import model_parts
 
     parts = model_parts(model)
-    return lambda prompt: selfspec_loop(parts, prompt, max_tokens, plan, num_draft, threshold,
-                                        adapt_target=adapt_target)
+    return lambda prompt: selfspec_loop(
+        parts, prompt, max_tokens, plan, num_draft, threshold, adapt_target=adapt_target
+    )
 
 
 def _ours_plain(model, max_tokens):
@@ -63,10 +64,19 @@ class Engine:
 REGISTRY: Dict[str, Engine] = {
     e.name: e
     for e in (
-        Engine("mlx_lm", "mlx-lm's speculative_generate_step with the layer-skip draft (two caches)",
-               _mlx_lm_candidate, _mlx_lm_plain),
-        Engine("ours", "our loop over one shared KV cache, stopping drafts below draft_threshold",
-               _ours_candidate, _ours_plain, dynamic_draft=True),
+        Engine(
+            "mlx_lm",
+            "mlx-lm's speculative_generate_step with the layer-skip draft (two caches)",
+            _mlx_lm_candidate,
+            _mlx_lm_plain,
+        ),
+        Engine(
+            "ours",
+            "our loop over one shared KV cache, stopping drafts below draft_threshold",
+            _ours_candidate,
+            _ours_plain,
+            dynamic_draft=True,
+        ),
     )
 }
 ENGINES = tuple(REGISTRY)

@@ -65,8 +65,9 @@ def predicted_speedup(alpha: float, k: int, draft_s: float, lat: LatencyModel) -
     return expected * lat.plain() / (k * draft_s + lat.full_pass(k + 1))
 
 
-def simulate_rounds(agree: List[List[int]], confidence: List[List[float]], k: int,
-                    threshold: Optional[float] = None) -> Tuple[int, List[int]]:
+def simulate_rounds(
+    agree: List[List[int]], confidence: List[List[float]], k: int, threshold: Optional[float] = None
+) -> Tuple[int, List[int]]:
     """Replay greedy self-speculation over teacher-forced calibration positions.
 
     A round drafts from position j while the draft stays confident (it always drafts at least
@@ -104,8 +105,9 @@ def point_speedup(point: Dict, k: int, lat: LatencyModel, threshold: Optional[fl
     return emitted * lat.plain() / cost if cost else 1.0
 
 
-def draft_cost_needed(point: Dict, k: int, lat: LatencyModel, target: float,
-                      threshold: Optional[float] = None) -> float:
+def draft_cost_needed(
+    point: Dict, k: int, lat: LatencyModel, target: float, threshold: Optional[float] = None
+) -> float:
     """The draft cost (share of one full pass) at which this frontier draft's replayed rounds
     at draft length k would reach `target` speedup; below 0, no draft however cheap would,
     because the verify passes alone cost too much."""
@@ -192,9 +194,17 @@ def frontier(
         hit = pred == target
         conf = mx.softmax(logits.astype(mx.float32), axis=-1).max(axis=-1)
         agree = ((hit).astype(mx.float32) * mask).sum() / mask.sum()
-        points.append(FrontierPoint(j, skipped, c, agree.item(), lat.draft_pass(skipped, context),
-                                    hit[:, score_from:].astype(mx.int32).tolist(),
-                                    mx.round(conf[:, score_from:], 4).tolist()))
+        points.append(
+            FrontierPoint(
+                j,
+                skipped,
+                c,
+                agree.item(),
+                lat.draft_pass(skipped, context),
+                hit[:, score_from:].astype(mx.int32).tolist(),
+                mx.round(conf[:, score_from:], 4).tolist(),
+            )
+        )
     return {
         "unit_seconds": unit,
         "skippable_seconds": total,
@@ -219,8 +229,9 @@ def frontier(
     }
 
 
-def choose(front: Dict, lat: LatencyModel, max_fraction: float, max_draft: int,
-           threshold: Optional[float] = None) -> Dict:
+def choose(
+    front: Dict, lat: LatencyModel, max_fraction: float, max_draft: int, threshold: Optional[float] = None
+) -> Dict:
     """The (budget, draft length) with the highest predicted speedup within the limits,
     for a loop that stops drafting below `threshold` (None: always drafts k)."""
     best = {"predicted_speedup": 1.0, "num_draft": 0, "point": None}

@@ -77,6 +77,7 @@ def passes_at_context(parts, context: int, verify_tokens: Sequence[int], repeats
             for c in cache:
                 if c.offset > context:
                     c.trim(c.offset - context)
+
         return f
 
     # Full passes are keyed by their token count; the one-token pass is always among them.
@@ -158,6 +159,7 @@ def profile_model(
         def f():
             mx.eval(blk.self_attn(blk.input_layernorm(x1), None, cache))
             cache.trim(1)
+
         return f
 
     # Round-robin over the contexts, so that drift in machine speed bends no part of the curve.
@@ -171,9 +173,18 @@ def profile_model(
 
     attn_a, attn_b = _fit_line(contexts, attn_times)
     verify_a, verify_b = _fit_line(verify_tokens, verify_times)
-    fit = LatencyModel(attn_a, max(attn_b, 0.0), mlp_time, fixed_time, verify_a, verify_b, len(parts.layers),
-                       attn_min=min(attn_times), attn_contexts=tuple(float(c) for c in contexts),
-                       attn_seconds=tuple(attn_times))
+    fit = LatencyModel(
+        attn_a,
+        max(attn_b, 0.0),
+        mlp_time,
+        fixed_time,
+        verify_a,
+        verify_b,
+        len(parts.layers),
+        attn_min=min(attn_times),
+        attn_contexts=tuple(float(c) for c in contexts),
+        attn_seconds=tuple(attn_times),
+    )
     # In-context costs are shares of the full pass timed among them; the shares apply to the
     # fitted one-token pass, which is what the rest of the model is expressed against.
     share = fit.full_pass(1) / in_ctx["full_seconds"]

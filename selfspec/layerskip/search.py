@@ -44,9 +44,16 @@ def ranked_candidates(calibration: Dict, profile: Dict, max_draft: int, threshol
             continue
         by_k = {k: point_speedup(pt, k, lat, threshold) for k in draft_lengths(max_draft)}
         k = max(by_k, key=by_k.get)
-        out.append({"budget": pt["budget"], "budget_fraction": pt["budget_fraction"],
-                    "skipped_sublayers": pt["skipped_sublayers"], "num_draft": k, "predicted_speedup": by_k[k],
-                    "predicted_by_draft_length": by_k})
+        out.append(
+            {
+                "budget": pt["budget"],
+                "budget_fraction": pt["budget_fraction"],
+                "skipped_sublayers": pt["skipped_sublayers"],
+                "num_draft": k,
+                "predicted_speedup": by_k[k],
+                "predicted_by_draft_length": by_k,
+            }
+        )
     return sorted(out, key=lambda c: -c["predicted_speedup"])
 
 
@@ -55,14 +62,32 @@ def spread(ranked: List[Dict], count: int) -> List[Dict]:
     points), best first: every skip-fraction limit then has timed drafts near it."""
     by_budget = sorted(ranked, key=lambda c: c["budget"])
     size = -(-len(by_budget) // max(count, 1))
-    picks = [max(by_budget[i:i + size], key=lambda c: c["predicted_speedup"]) for i in range(0, len(by_budget), size)]
+    picks = [max(by_budget[i : i + size], key=lambda c: c["predicted_speedup"]) for i in range(0, len(by_budget), size)]
     return sorted(picks, key=lambda c: -c["predicted_speedup"])
 
 
-def run_search(model_path, prompt_set_path, calibration: Dict, profile: Dict, *, model_name: str, max_tokens: int,
-               max_draft: int, threshold: Optional[float], candidates: int, repeats: int) -> Dict:
-    cfg = {"model": model_name, "prompt_set": Path(prompt_set_path).stem, "max_tokens": max_tokens,
-           "max_draft": max_draft, "draft_threshold": threshold, "candidates": candidates, "repeats": repeats}
+def run_search(
+    model_path,
+    prompt_set_path,
+    calibration: Dict,
+    profile: Dict,
+    *,
+    model_name: str,
+    max_tokens: int,
+    max_draft: int,
+    threshold: Optional[float],
+    candidates: int,
+    repeats: int,
+) -> Dict:
+    cfg = {
+        "model": model_name,
+        "prompt_set": Path(prompt_set_path).stem,
+        "max_tokens": max_tokens,
+        "max_draft": max_draft,
+        "draft_threshold": threshold,
+        "candidates": candidates,
+        "repeats": repeats,
+    }
     t0 = time.perf_counter()
     model, tokenizer = load(model_path)
     parts = model_parts(model)
@@ -78,17 +103,31 @@ def run_search(model_path, prompt_set_path, calibration: Dict, profile: Dict, *,
 
     def measure(cand: Dict, k: int, warmup: int) -> Dict:
         plan = SkipPlan(n, tuple((r["layer"], r["part"]) for r in cand["skipped_sublayers"]))
-        records = paired_runs(prompts, plain,
-                              lambda p: selfspec_loop(parts, p, max_tokens, plan, k, threshold),
-                              eos, repeats, warmup, log=lambda _: None)
+        records = paired_runs(
+            prompts,
+            plain,
+            lambda p: selfspec_loop(parts, p, max_tokens, plan, k, threshold),
+            eos,
+            repeats,
+            warmup,
+            log=lambda _: None,
+        )
         # Lossless here means: the same tokens as plain decoding in the same run.
         s = summarize(records, {r["prompt_id"]: r["baseline"].tokens for r in records})
-        row = {**cand, "num_draft": k, "predicted_speedup": cand["predicted_by_draft_length"][k],
-               "measured_speedup": s.speedup, "measured_ci": s.speedup_ci,
-               "acceptance_rate": s.acceptance_rate, "identical_to_plain": s.lossless}
+        row = {
+            **cand,
+            "num_draft": k,
+            "predicted_speedup": cand["predicted_by_draft_length"][k],
+            "measured_speedup": s.speedup,
+            "measured_ci": s.speedup_ci,
+            "acceptance_rate": s.acceptance_rate,
+            "identical_to_plain": s.lossless,
+        }
         measured.append(row)
-        _log(f"budget {cand['budget']} k={k}: predicted {row['predicted_speedup']:.2f}x, measured {s.speedup:.2f}x "
-             f"[{s.speedup_ci[0]:.2f}, {s.speedup_ci[1]:.2f}], acceptance {row['acceptance_rate']}")
+        _log(
+            f"budget {cand['budget']} k={k}: predicted {row['predicted_speedup']:.2f}x, measured {s.speedup:.2f}x "
+            f"[{s.speedup_ci[0]:.2f}, {s.speedup_ci[1]:.2f}], acceptance {row['acceptance_rate']}"
+        )
         return row
 
     for i, cand in enumerate(spread(ranked, candidates)):
@@ -104,7 +143,7 @@ def run_search(model_path, prompt_set_path, calibration: Dict, profile: Dict, *,
         "ranked": len(ranked),
         "measured": measured,
         "definition": "median over calibration prompts and repeats of (our loop's decode tok/s / mlx-lm "
-                      "generate_step's), back to back",
+        "generate_step's), back to back",
         "wall_seconds": time.perf_counter() - t0,
         "environment": environment(cfg),
     }
@@ -113,15 +152,27 @@ def run_search(model_path, prompt_set_path, calibration: Dict, profile: Dict, *,
 def select_searched(search: Dict, skip_fraction: float, num_draft: int) -> Dict:
     """The fastest measured draft within a cell's limits; plain decoding if none fits or
     none produced the plain tokens."""
-    fits = [r for r in search["measured"] if r["budget_fraction"] <= skip_fraction + 1e-9
-            and r["num_draft"] <= num_draft and r["identical_to_plain"]]
+    fits = [
+        r
+        for r in search["measured"]
+        if r["budget_fraction"] <= skip_fraction + 1e-9 and r["num_draft"] <= num_draft and r["identical_to_plain"]
+    ]
     n = search["n_layers"]
     if not fits:
-        return {"plan": SkipPlan(n), "num_draft": 0, "predicted_speedup": None, "calibration_speedup": None,
-                "fallback": True}
+        return {
+            "plan": SkipPlan(n),
+            "num_draft": 0,
+            "predicted_speedup": None,
+            "calibration_speedup": None,
+            "fallback": True,
+        }
     best = max(fits, key=lambda r: r["measured_speedup"])
     # Two different numbers: the cost model's replayed prediction for this draft, and the speedup
     # timed on the calibration prompts (the one it was picked on, so biased upward).
-    return {"plan": SkipPlan(n, tuple((r["layer"], r["part"]) for r in best["skipped_sublayers"])),
-            "num_draft": best["num_draft"], "predicted_speedup": best.get("predicted_speedup"),
-            "calibration_speedup": best["measured_speedup"], "fallback": False}
+    return {
+        "plan": SkipPlan(n, tuple((r["layer"], r["part"]) for r in best["skipped_sublayers"])),
+        "num_draft": best["num_draft"],
+        "predicted_speedup": best.get("predicted_speedup"),
+        "calibration_speedup": best["measured_speedup"],
+        "fallback": False,
+    }

@@ -69,15 +69,26 @@ def make_plan(strategy: str, n_layers: int, skip_fraction: float) -> SkipPlan:
 
 
 def _select_middle(n_layers, skip_fraction, num_draft, inputs, settings) -> Dict:
-    return {"plan": make_plan("middle", n_layers, skip_fraction), "num_draft": num_draft,
-            "predicted_speedup": None, "fallback": False}
+    return {
+        "plan": make_plan("middle", n_layers, skip_fraction),
+        "num_draft": num_draft,
+        "predicted_speedup": None,
+        "fallback": False,
+    }
 
 
 def _select_knapsack(n_layers, skip_fraction, num_draft, inputs, settings, strategy="knapsack") -> Dict:
     from .calibrate import select_plan
 
-    return select_plan(strategy, inputs["calibration"], inputs["profile"], skip_fraction, num_draft,
-                       margin=settings.get("auto_margin", 0.0), threshold=settings.get("draft_threshold"))
+    return select_plan(
+        strategy,
+        inputs["calibration"],
+        inputs["profile"],
+        skip_fraction,
+        num_draft,
+        margin=settings.get("auto_margin", 0.0),
+        threshold=settings.get("draft_threshold"),
+    )
 
 
 def _select_auto(*args) -> Dict:
@@ -110,15 +121,28 @@ class Strategy:
 REGISTRY: Dict[str, Strategy] = {
     s.name: s
     for s in (
-        Strategy("middle", "the seeds' contiguous middle block of layers", "share of layers skipped",
-                 _select_middle),
-        Strategy("knapsack", "sublayers chosen by a knapsack over the device profile and calibration",
-                 "most of the skippable per-token time skipped", _select_knapsack, ("profile", "calibration")),
-        Strategy("auto", "knapsack, or plain decoding where no draft is predicted to win",
-                 "most of the skippable per-token time skipped", _select_auto, ("profile", "calibration")),
-        Strategy("search", "the knapsack frontier's drafts timed on the calibration prompts; the fastest kept",
-                 "most of the skippable per-token time skipped", _select_search,
-                 ("profile", "calibration", "search")),
+        Strategy("middle", "the seeds' contiguous middle block of layers", "share of layers skipped", _select_middle),
+        Strategy(
+            "knapsack",
+            "sublayers chosen by a knapsack over the device profile and calibration",
+            "most of the skippable per-token time skipped",
+            _select_knapsack,
+            ("profile", "calibration"),
+        ),
+        Strategy(
+            "auto",
+            "knapsack, or plain decoding where no draft is predicted to win",
+            "most of the skippable per-token time skipped",
+            _select_auto,
+            ("profile", "calibration"),
+        ),
+        Strategy(
+            "search",
+            "the knapsack frontier's drafts timed on the calibration prompts; the fastest kept",
+            "most of the skippable per-token time skipped",
+            _select_search,
+            ("profile", "calibration", "search"),
+        ),
     )
 }
 STRATEGIES = tuple(REGISTRY)

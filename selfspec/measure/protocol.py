@@ -177,8 +177,7 @@ def summarize(records: List[Dict], reference: Dict[str, List[int]]) -> PairedSum
                 "plain_matches_reference": all(d is None for d in base_divs),
                 "speedup": statistics.median(x["candidate"].decode_tps / x["baseline"].decode_tps for x in rs),
                 "runs": [
-                    {"repeat": x["repeat"], "order": x["order"],
-                     **{side: _summary(x[side]) for side in SIDES}}
+                    {"repeat": x["repeat"], "order": x["order"], **{side: _summary(x[side]) for side in SIDES}}
                     for x in rs
                 ],
             }

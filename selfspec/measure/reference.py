@@ -32,7 +32,9 @@ def reference_outputs(model_path, prompt_set_path, max_tokens: int, model_name: 
     eos = eos_ids(tokenizer)
     outputs = []
     for p in encoded_prompts(tokenizer, prompt_set_path):
-        stats = timed_generation(lambda: plain_stream(model, mx.array(p["tokens"], mx.uint32), max_tokens), len(p["tokens"]), eos)
+        stats = timed_generation(
+            lambda: plain_stream(model, mx.array(p["tokens"], mx.uint32), max_tokens), len(p["tokens"]), eos
+        )
         outputs.append(
             {
                 "prompt_id": p["id"],
@@ -82,12 +84,19 @@ def measured_result(cfg: Dict, extra: Dict, records, ref, t0: float, started_at:
     return result
 
 
-def noise_cell(model_path, reference: Dict, prompt_set_path, *, model_name: str, max_tokens: int, repeats: int,
-               warmup: int = 1) -> Dict:
+def noise_cell(
+    model_path, reference: Dict, prompt_set_path, *, model_name: str, max_tokens: int, repeats: int, warmup: int = 1
+) -> Dict:
     """The A/A run: plain decoding against itself, with the cells' protocol. Its speedup is 1.0
     in expectation; its interval is the noise floor the cells' speedups stand on."""
-    cfg = {"model": model_name, "technique": "plain", "max_tokens": max_tokens, "repeats": repeats,
-           "prompt_set": Path(prompt_set_path).stem, "engine": "mlx_lm"}
+    cfg = {
+        "model": model_name,
+        "technique": "plain",
+        "max_tokens": max_tokens,
+        "repeats": repeats,
+        "prompt_set": Path(prompt_set_path).stem,
+        "engine": "mlx_lm",
+    }
     started_at, t0 = time.time(), time.perf_counter()
     model, tokenizer = load(model_path)
     prompts = encoded_prompts(tokenizer, prompt_set_path)

@@ -81,7 +81,9 @@ def mlx_lm_selfspec_stream(
 
 
 def timed_generation(
-    make_stream: Callable[[], TokenStream], prompt_tokens: int, eos_ids: Iterable[int] = (),
+    make_stream: Callable[[], TokenStream],
+    prompt_tokens: int,
+    eos_ids: Iterable[int] = (),
     limit: Optional[int] = None,
 ) -> GenerationStats:
     """Run a stream until it ends, emits an EOS token (kept) or has emitted `limit` tokens,

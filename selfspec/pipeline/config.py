@@ -24,8 +24,10 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 # One GGUF file in a hub repo: org/name/path/to/file.gguf
 HUB_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*/[^\s]+\.gguf$")
 # A file inside a PyPI package's wheel: pypi:<package>[==<version>]/<path in the wheel>
-PYPI_SOURCE = re.compile(r"^pypi:(?P<package>[A-Za-z0-9][A-Za-z0-9._-]*)(==(?P<version>[A-Za-z0-9.+!_-]+))?/"
-                         r"(?P<member>[^\s]+)$")
+PYPI_SOURCE = re.compile(
+    r"^pypi:(?P<package>[A-Za-z0-9][A-Za-z0-9._-]*)(==(?P<version>[A-Za-z0-9.+!_-]+))?/"
+    r"(?P<member>[^\s]+)$"
+)
 
 
 class ConfigError(ValueError):
@@ -35,7 +37,6 @@ class ConfigError(ValueError):
 def format_skip(f: float) -> str:
     """The path form of a skip fraction: 0.1 -> '0.1', 0.25 -> '0.25'."""
     return f"{float(f):g}"
-
 
 
 def source_dir(source: str, basedir: str = ".") -> Optional[Path]:
@@ -61,14 +62,19 @@ def source_error(source: str, basedir: str = ".") -> Optional[str]:
     if source_dir(source, basedir) is not None or source_file(source, basedir) is not None:
         return None
     if source.startswith("pypi:"):
-        return None if PYPI_SOURCE.match(source) else (
-            f"'{source}' is not of the form pypi:<package>[==<version>]/<file in the wheel>")
+        return (
+            None
+            if PYPI_SOURCE.match(source)
+            else (f"'{source}' is not of the form pypi:<package>[==<version>]/<file in the wheel>")
+        )
     if source.endswith(".gguf") and (source.startswith((".", "/", "~")) or not HUB_FILE.match(source)):
         return f"'{source}' is not an existing GGUF file"
     if HUB_ID.match(source) or HUB_FILE.match(source):
         return None
-    return (f"'{source}' is neither an existing local directory or .gguf file, a pypi:<package>/<file> "
-            "source, nor a hub repo id (org/name, or org/name/<file>.gguf)")
+    return (
+        f"'{source}' is neither an existing local directory or .gguf file, a pypi:<package>/<file> "
+        "source, nor a hub repo id (org/name, or org/name/<file>.gguf)"
+    )
 
 
 def converted_dir(name: str) -> Path:
@@ -114,7 +120,9 @@ def check_grid(n_layers: int, selfspec: Dict, model_name: str) -> None:
             try:
                 make_plan(strategy, n_layers, f)
             except SkipError as e:
-                raise ConfigError(f"selfspec.skip_fractions: {e} (model '{model_name}', strategy '{strategy}')") from None
+                raise ConfigError(
+                    f"selfspec.skip_fractions: {e} (model '{model_name}', strategy '{strategy}')"
+                ) from None
 
 
 def check_config(config: Dict, basedir: str = ".") -> None:

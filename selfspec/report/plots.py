@@ -32,8 +32,16 @@ def _heatmap(data, color=None, label=None, vmin=0.0, vmax=2.0):
     grid = data.pivot_table(index="skip_fraction", columns="num_draft", values="speedup")
     ax = plt.gca()
     sns.heatmap(
-        grid, annot=True, fmt=".2f", cmap="RdBu", center=1.0, vmin=vmin, vmax=vmax,
-        linewidths=0.5, cbar=False, ax=ax,
+        grid,
+        annot=True,
+        fmt=".2f",
+        cmap="RdBu",
+        center=1.0,
+        vmin=vmin,
+        vmax=vmax,
+        linewidths=0.5,
+        cbar=False,
+        ax=ax,
     )
     # Outline the cells that beat plain decoding (the 1.0x line).
     for i, skip in enumerate(grid.index):
@@ -51,8 +59,9 @@ def speedup_heatmap(df: pd.DataFrame, out) -> None:
     df = df.assign(label=df.model + " · " + df.strategy + "/" + df.engine)
     vmax = max(2.0, float(np.nanmax(df.speedup)))
     # Each panel has its own grid of (skip, draft): axes are not shared.
-    g = sns.FacetGrid(df, col="label", col_wrap=min(3, df.label.nunique()), height=3.6, aspect=1.1,
-                      sharex=False, sharey=False)
+    g = sns.FacetGrid(
+        df, col="label", col_wrap=min(3, df.label.nunique()), height=3.6, aspect=1.1, sharex=False, sharey=False
+    )
     g.map_dataframe(_heatmap, vmin=0.0, vmax=vmax)
     g.set_titles(col_template="{col_name}")
     g.set_axis_labels("draft length (tokens)", "skip fraction")
@@ -60,8 +69,9 @@ def speedup_heatmap(df: pd.DataFrame, out) -> None:
     for label, ax in g.axes_dict.items():
         strategy = label.split(" · ")[1].split("/")[0]
         ax.set_ylabel("skip fraction: " + ("of layers" if strategy == "middle" else "most of skippable time"))
-    g.figure.suptitle("Self-speculative speedup over plain decoding (boxed: ≥ 1.0×; knapsack/auto: the limits given)",
-                      y=1.0)
+    g.figure.suptitle(
+        "Self-speculative speedup over plain decoding (boxed: ≥ 1.0×; knapsack/auto: the limits given)", y=1.0
+    )
     n = df.label.nunique()
     g.figure.set_size_inches(4.2 * min(3, n), 3.8 * int(np.ceil(n / 3)) + 0.4)
     g.figure.tight_layout()
@@ -82,8 +92,17 @@ def speedup_vs_skip(df: pd.DataFrame, out) -> None:
     )
     long["draft length"] = long.num_draft.astype(str)
     g = sns.relplot(
-        data=long, kind="line", x="skip_fraction", y="value", hue="draft length", style="engine",
-        row="metric", col="model", marker="o", height=3.2, aspect=1.3,
+        data=long,
+        kind="line",
+        x="skip_fraction",
+        y="value",
+        hue="draft length",
+        style="engine",
+        row="metric",
+        col="model",
+        marker="o",
+        height=3.2,
+        aspect=1.3,
         facet_kws=dict(sharey="row", margin_titles=True),
     )
     for (metric, _), ax in g.axes_dict.items():
@@ -128,9 +147,19 @@ def acceptance_vs_cost(df: pd.DataFrame, out, latency: Optional[Dict] = None) ->
     for ax, (model, g) in zip(axes[0], df.groupby("model")):
         gd = d[d.model == model]
         if len(gd):
-            sns.scatterplot(data=gd, x="draft_cost_ratio", y="acceptance_rate", hue="strategy", style="engine",
-                            hue_order=hue_order, style_order=style_order, size="speedup", sizes=(30, 200), ax=ax,
-                            legend=model == legend_model)
+            sns.scatterplot(
+                data=gd,
+                x="draft_cost_ratio",
+                y="acceptance_rate",
+                hue="strategy",
+                style="engine",
+                hue_order=hue_order,
+                style_order=style_order,
+                size="speedup",
+                sizes=(30, 200),
+                ax=ax,
+                legend=model == legend_model,
+            )
         lat = latency.get(model)
         for k, ls in ((1, ":"), (3, "--")):
             if lat is None:
@@ -140,14 +169,22 @@ def acceptance_vs_cost(df: pd.DataFrame, out, latency: Optional[Dict] = None) ->
                 be = _break_even(c, k, lat.plain() / one, lat.full_pass(k + 1) / one)
             ax.plot(c, be, color="grey", ls=ls, lw=1, label=f"break-even, k={k}")
         basis = "measured verify cost" if lat is not None else "verify cost as if flat"
-        ax.set(xlim=(0, 1.02), ylim=(0, 1.02), xlabel="draft cost / full-model cost (profiled)",
-               ylabel="acceptance rate", title=f"{model} ({basis})")
+        ax.set(
+            xlim=(0, 1.02),
+            ylim=(0, 1.02),
+            xlabel="draft cost / full-model cost (profiled)",
+            ylabel="acceptance rate",
+            title=f"{model} ({basis})",
+        )
         if model == legend_model and ax.get_legend() is not None:
             handles, labels = ax.get_legend_handles_labels()
             ax.get_legend().remove()
             axes[0][-1].legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
-    fig.suptitle("Acceptance against draft cost, by strategy (grey: break-even for k=1 dotted, k=3 dashed; "
-                 "where a curve is missing, no acceptance breaks even)", fontsize=10)
+    fig.suptitle(
+        "Acceptance against draft cost, by strategy (grey: break-even for k=1 dotted, k=3 dashed; "
+        "where a curve is missing, no acceptance breaks even)",
+        fontsize=10,
+    )
     _save(fig, out)
 
 
@@ -167,10 +204,21 @@ def sublayer_map(df: pd.DataFrame, out) -> None:
                 grid[0 if tok[-1] == "a" else 1, int(tok[:-1])] += 1
         if len(g):
             grid /= len(g)
-        sns.heatmap(grid, vmin=0, vmax=1, cmap="Greens", ax=ax, cbar=True, linewidths=0.5,
-                    yticklabels=["attention", "MLP"], xticklabels=list(range(n)),
-                    cbar_kws={"label": "share skipped"})
-        ax.set_title(f"{model}: sublayers skipped by knapsack/auto/search drafts ({len(g)} cell{'' if len(g) == 1 else 's'})")
+        sns.heatmap(
+            grid,
+            vmin=0,
+            vmax=1,
+            cmap="Greens",
+            ax=ax,
+            cbar=True,
+            linewidths=0.5,
+            yticklabels=["attention", "MLP"],
+            xticklabels=list(range(n)),
+            cbar_kws={"label": "share skipped"},
+        )
+        ax.set_title(
+            f"{model}: sublayers skipped by knapsack/auto/search drafts ({len(g)} cell{'' if len(g) == 1 else 's'})"
+        )
         ax.set_xlabel("layer")
     _save(fig, out)
 
@@ -189,8 +237,11 @@ def predicted_vs_measured(df: pd.DataFrame, out) -> None:
         ax.plot([lo, hi], [lo, hi], color="grey", lw=1, ls="--", label="y = x")
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set(xlim=(lo, hi), ylim=(lo, hi))
-    ax.set(xlabel="predicted speedup", ylabel="measured speedup (median, evaluation prompts)",
-           title="Cost model accuracy (drafting cells)\nknapsack/auto: profile + calibration; search: timed on calibration")
+    ax.set(
+        xlabel="predicted speedup",
+        ylabel="measured speedup (median, evaluation prompts)",
+        title="Cost model accuracy (drafting cells)\nknapsack/auto: profile + calibration; search: timed on calibration",
+    )
     ax.title.set_fontsize(10)
     _save(fig, out)
 
@@ -207,22 +258,38 @@ def profile_plot(profile: dict, out) -> None:
     ic = profile.get("in_context")
     if ic:
         # What selection uses: the isolated curves scaled to these in-forward costs.
-        a1.plot([ic["context"]], [ic["attention_seconds"] * 1e3], "s", color="C0", mfc="none", ms=9,
-                label="attention in a full forward")
-        a1.plot([ic["context"]], [ic["mlp_seconds"] * 1e3], "s", color="C2", mfc="none", ms=9,
-                label="MLP in a full forward")
-    a1.set(xlabel="context length (tokens)", ylabel="ms per sublayer, 1 token",
-           title="Sublayer cost (isolated; squares: in context)")
+        a1.plot(
+            [ic["context"]],
+            [ic["attention_seconds"] * 1e3],
+            "s",
+            color="C0",
+            mfc="none",
+            ms=9,
+            label="attention in a full forward",
+        )
+        a1.plot(
+            [ic["context"]], [ic["mlp_seconds"] * 1e3], "s", color="C2", mfc="none", ms=9, label="MLP in a full forward"
+        )
+    a1.set(
+        xlabel="context length (tokens)",
+        ylabel="ms per sublayer, 1 token",
+        title="Sublayer cost (isolated; squares: in context)",
+    )
     a1.legend(fontsize=8)
     k = np.asarray(profile["verify_tokens"], float)
     a2.plot(k, profile["verify_ratio"], "o-", label="measured")
     a2.plot(k, (fit["verify_a"] + fit["verify_b"] * k) / profile["verify_seconds"][0], "--", label="fit")
     a2.plot(k, k, ":", color="grey", label="linear (k x one token)")
-    a2.set(xlabel="tokens in one full forward (k)", ylabel="time / one-token forward",
-           title=f"Verify cost curve (context {profile['verify_context']})")
+    a2.set(
+        xlabel="tokens in one full forward (k)",
+        ylabel="time / one-token forward",
+        title=f"Verify cost curve (context {profile['verify_context']})",
+    )
     a2.legend(fontsize=8)
-    fig.suptitle(f"{profile['model']}: device latency profile ({profile['environment'].get('chip')}, "
-                 f"{(profile['environment'].get('blas') or 'Metal').split(' (')[0]})")
+    fig.suptitle(
+        f"{profile['model']}: device latency profile ({profile['environment'].get('chip')}, "
+        f"{(profile['environment'].get('blas') or 'Metal').split(' (')[0]})"
+    )
     _save(fig, out)
 
 
@@ -234,16 +301,25 @@ def techniques_speedup(df: pd.DataFrame, out) -> None:
     for ax, t in zip(axes[0], targets):
         g = df[df.target == t].reset_index(drop=True)
         colors = sns.color_palette("deep", len(g))
-        ax.barh(range(len(g)), g.speedup, color=colors,
-                xerr=[g.speedup - g.speedup_ci_low, g.speedup_ci_high - g.speedup], capsize=3)
+        ax.barh(
+            range(len(g)),
+            g.speedup,
+            color=colors,
+            xerr=[g.speedup - g.speedup_ci_low, g.speedup_ci_high - g.speedup],
+            capsize=3,
+        )
         ax.axvline(1.0, color="black", lw=1, ls="--")
         ax.set_yticks(range(len(g)), [f"{a}\n{c}" for a, c in zip(g.technique, g.config)], fontsize=8)
         ax.invert_yaxis()
         for i, r in g.iterrows():
             q = "quality n/a" if pd.isna(r.quality) else f"quality {r.quality:.0%}"
-            ax.text(max(r.speedup_ci_high, r.speedup) + 0.02, i,
-                    f"{q}, +{r.extra_weight_gb * 1e3:.1f} MB weights, peak {r.peak_memory_gb * 1e3:.1f} MB",
-                    va="center", fontsize=7)
+            ax.text(
+                max(r.speedup_ci_high, r.speedup) + 0.02,
+                i,
+                f"{q}, +{r.extra_weight_gb * 1e3:.1f} MB weights, peak {r.peak_memory_gb * 1e3:.1f} MB",
+                va="center",
+                fontsize=7,
+            )
         ax.set_xlim(0, max(1.6, float(g.speedup_ci_high.max()) * 1.6))
         ax.set(xlabel="decode speedup over plain (median, 95% CI)", title=f"target: {t}")
     fig.suptitle("Three ways to read the weights less often: speedup, quality and memory")
@@ -254,8 +330,20 @@ def techniques_spread(per_prompt: pd.DataFrame, out) -> None:
     """Per-prompt decode tok/s by technique: how much each technique's speed depends on the text."""
     sns.set_theme(style="ticks")
     n = per_prompt.target.nunique()
-    g = sns.catplot(data=per_prompt, kind="strip", x="decode_tps", y="technique", hue="prompt_id", col="target",
-                    height=4, aspect=1.4, sharex=False, dodge=False, jitter=0.15, s=30)
+    g = sns.catplot(
+        data=per_prompt,
+        kind="strip",
+        x="decode_tps",
+        y="technique",
+        hue="prompt_id",
+        col="target",
+        height=4,
+        aspect=1.4,
+        sharex=False,
+        dodge=False,
+        jitter=0.15,
+        s=30,
+    )
     g.set_axis_labels("decode tok/s (each prompt and repeat)", "")
     g.figure.suptitle("Per-prompt decode speed by technique", y=1.0)
     g.figure.set_size_inches(6.4 * n + 1.6, 4.6)

@@ -105,8 +105,19 @@ def plain_drift(df: pd.DataFrame) -> pd.DataFrame:
                 "trend_over_run": slope * span / mean if mean > 0 else float("nan"),
             }
         )
-    return pd.DataFrame(rows, columns=["model", "cells", "span_hours", "first_tps", "last_tps", "first_to_last",
-                                       "trend_per_hour", "trend_over_run"])
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "model",
+            "cells",
+            "span_hours",
+            "first_tps",
+            "last_tps",
+            "first_to_last",
+            "trend_per_hour",
+            "trend_over_run",
+        ],
+    )
 
 
 def _span(hours: float) -> str:
@@ -122,14 +133,19 @@ def drift_lines(df: pd.DataFrame, bound: float = DRIFT_BOUND) -> List[str]:
     drift = plain_drift(df)
     if not len(drift):
         return []
-    lines = ["", "## Plain decoding over the run", "",
-             "Plain decoding is the same work in every cell of a model, so its speed should not move while",
-             "the sweep runs. A trend means the machine changed under the measurements (heat, other load,",
-             "power settings). Speedups are paired within each cell and suffer less, but tok/s figures and",
-             f"comparisons across cells do. Trend: least-squares line of `baseline_tps` against each cell's",
-             f"start time, relative to the model's mean; warning beyond ±{bound:.0%} over the run.", "",
-             "| model | cells | span | first → last cell (plain tok/s) | trend per hour | trend over the run |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "## Plain decoding over the run",
+        "",
+        "Plain decoding is the same work in every cell of a model, so its speed should not move while",
+        "the sweep runs. A trend means the machine changed under the measurements (heat, other load,",
+        "power settings). Speedups are paired within each cell and suffer less, but tok/s figures and",
+        f"comparisons across cells do. Trend: least-squares line of `baseline_tps` against each cell's",
+        f"start time, relative to the model's mean; warning beyond ±{bound:.0%} over the run.",
+        "",
+        "| model | cells | span | first → last cell (plain tok/s) | trend per hour | trend over the run |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in drift.itertuples():
         lines.append(
             f"| {r.model} | {r.cells} | {_span(r.span_hours)} | {r.first_tps:.1f} → {r.last_tps:.1f} "
@@ -137,9 +153,12 @@ def drift_lines(df: pd.DataFrame, bound: float = DRIFT_BOUND) -> List[str]:
         )
     over = drift[drift.trend_over_run.abs() > bound]
     if len(over):
-        lines += ["", f"**warning:** plain decoding drifted by more than {bound:.0%} over the run: " + ", ".join(
-            f"{r.model} {r.trend_over_run:+.1%} over {_span(r.span_hours)}" for r in over.itertuples()
-        ) + ". Rerun on a quiet machine (or compare only cells measured close together)."]
+        lines += [
+            "",
+            f"**warning:** plain decoding drifted by more than {bound:.0%} over the run: "
+            + ", ".join(f"{r.model} {r.trend_over_run:+.1%} over {_span(r.span_hours)}" for r in over.itertuples())
+            + ". Rerun on a quiet machine (or compare only cells measured close together).",
+        ]
     return lines
 
 
@@ -178,9 +197,22 @@ def markdown_table(df: pd.DataFrame) -> str:
         for fb, sub in zip(df.fallback, df.skipped_sublayers.fillna(""))
     ]
     cols = [
-        "model", "strategy", "engine", "skip_fraction", "num_draft", "draft_length_used", "skipped",
-        "draft_cost_ratio", "baseline_tps", "candidate_tps", "speedup", "predicted_speedup", "speedup_e2e",
-        "acceptance_rate", "tokens_per_pass", "lossless",
+        "model",
+        "strategy",
+        "engine",
+        "skip_fraction",
+        "num_draft",
+        "draft_length_used",
+        "skipped",
+        "draft_cost_ratio",
+        "baseline_tps",
+        "candidate_tps",
+        "speedup",
+        "predicted_speedup",
+        "speedup_e2e",
+        "acceptance_rate",
+        "tokens_per_pass",
+        "lossless",
     ]
     return show[cols].to_markdown(index=False, floatfmt=".2f") + "\n"
 
@@ -203,23 +235,34 @@ def summary_markdown(df: pd.DataFrame, cells: List[dict], noise: Optional[Dict[s
         lines += [f"- {cell_label(r)}: {r.divergence}" for r in bad.head(MAX_LISTED).itertuples()]
         if len(bad) > MAX_LISTED:
             lines.append(f"- and {len(bad) - MAX_LISTED} more (the table's `lossless` column)")
-    lines += ["", "Speedup = median over prompts and repeats of (self-spec decode tok/s ÷ plain decode tok/s),",
-              "both measured back to back in one process; 95% bootstrap interval in brackets.", ""]
-    lines += ["Best and worst are over cells that drafted; `auto` cells that fell back to plain",
-              "decoding are listed apart (their ratio compares two plain decoders).", ""]
-    lines += ["The noise floor is each model's A/A run: plain decoding timed against itself with the",
-              "same protocol; its median and interval show how far a ratio moves with no change at all.", ""]
-    lines.append("| model | noise floor (A/A) | best cell | best speedup | worst cell | worst speedup | cells ≥ 1.0× "
-                 "| auto |")
+    lines += [
+        "",
+        "Speedup = median over prompts and repeats of (self-spec decode tok/s ÷ plain decode tok/s),",
+        "both measured back to back in one process; 95% bootstrap interval in brackets.",
+        "",
+    ]
+    lines += [
+        "Best and worst are over cells that drafted; `auto` cells that fell back to plain",
+        "decoding are listed apart (their ratio compares two plain decoders).",
+        "",
+    ]
+    lines += [
+        "The noise floor is each model's A/A run: plain decoding timed against itself with the",
+        "same protocol; its median and interval show how far a ratio moves with no change at all.",
+        "",
+    ]
+    lines.append(
+        "| model | noise floor (A/A) | best cell | best speedup | worst cell | worst speedup | cells ≥ 1.0× | auto |"
+    )
     lines.append("|---|---|---|---|---|---|---|---|")
     for model, g in df.groupby("model"):
         aa = noise.get(model)
         aa_txt = f"{aa['speedup']:.2f}x [{aa['speedup_ci'][0]:.2f}, {aa['speedup_ci'][1]:.2f}]" if aa else "-"
         drafting = g[~g.fallback.astype(bool)]
         auto = g[g.strategy == "auto"]
-        auto_txt = ", ".join(
-            f"{'fell back' if r.fallback else 'drafted'} {r.speedup:.2f}x" for r in auto.itertuples()
-        ) or "-"
+        auto_txt = (
+            ", ".join(f"{'fell back' if r.fallback else 'drafted'} {r.speedup:.2f}x" for r in auto.itertuples()) or "-"
+        )
         if not len(drafting):
             lines.append(f"| {model} | {aa_txt} | - | - | - | - | 0 of 0 | {auto_txt} |")
             continue
@@ -242,8 +285,9 @@ def summary_markdown(df: pd.DataFrame, cells: List[dict], noise: Optional[Dict[s
     return "\n".join(lines) + "\n"
 
 
-def write_sweep(cell_paths, csv_path, md_path, summary_path, profile_paths=(), require_lossless=False,
-                noise_paths=()) -> pd.DataFrame:
+def write_sweep(
+    cell_paths, csv_path, md_path, summary_path, profile_paths=(), require_lossless=False, noise_paths=()
+) -> pd.DataFrame:
     """The sweep table (CSV and markdown) and the summary, each written atomically. With
     `require_lossless`, any divergent cell (e.g. one measured before the setting was turned
     on) fails the aggregation instead."""

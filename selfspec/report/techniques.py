@@ -12,8 +12,20 @@ from typing import Dict, List, Optional
 import pandas as pd
 
 COLUMNS = [
-    "target", "technique", "config", "draft", "extra_weight_gb", "peak_memory_gb", "decode_tps", "speedup",
-    "speedup_ci_low", "speedup_ci_high", "quality", "tokens_per_pass", "acceptance_rate", "lossless",
+    "target",
+    "technique",
+    "config",
+    "draft",
+    "extra_weight_gb",
+    "peak_memory_gb",
+    "decode_tps",
+    "speedup",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    "quality",
+    "tokens_per_pass",
+    "acceptance_rate",
+    "lossless",
 ]
 
 
@@ -44,8 +56,13 @@ def _selfspec_label(c) -> str:
     return f"{c['strategy']}/{c['engine']} skip {c['skip_fraction']:g}, k={c.get('draft_length_used', c['num_draft'])}"
 
 
-def compare(selfspec_cells: List[Dict], specdec_cells: List[Dict], quality: Dict[str, Dict],
-            seeds: Optional[Dict] = None, noise: Optional[Dict[str, Dict]] = None) -> List[Dict]:
+def compare(
+    selfspec_cells: List[Dict],
+    specdec_cells: List[Dict],
+    quality: Dict[str, Dict],
+    seeds: Optional[Dict] = None,
+    noise: Optional[Dict[str, Dict]] = None,
+) -> List[Dict]:
     """The rows of the comparison. `noise` holds each model's A/A cell (plain against plain, the
     same protocol): the plain row's speedup and interval are that measured noise floor."""
     seeds = seeds or {}
@@ -66,20 +83,43 @@ def compare(selfspec_cells: List[Dict], specdec_cells: List[Dict], quality: Dict
             rows.append(_row(t, "self-spec (best)", _selfspec_label(best), best, q))
             s = seeds.get("selfspec")
             if s:
-                match = [c for c in own if c["strategy"] == s.get("strategy") and c.get("engine") == "mlx_lm"
-                         and abs(c["skip_fraction"] - s.get("skip_fraction", -1)) < 1e-9
-                         and c["num_draft"] == s.get("num_draft")]
+                match = [
+                    c
+                    for c in own
+                    if c["strategy"] == s.get("strategy")
+                    and c.get("engine") == "mlx_lm"
+                    and abs(c["skip_fraction"] - s.get("skip_fraction", -1)) < 1e-9
+                    and c["num_draft"] == s.get("num_draft")
+                ]
                 if match:
                     rows.append(_row(t, "self-spec (seeds' config)", _selfspec_label(match[0]), match[0], q))
         if spec:
             best = max(spec, key=lambda c: c["speedup"])
-            rows.append(_row(t, "two-model (best)", f"k={best['num_draft']}", best, q, best["extra_weight_gb"],
-                             best["draft_model"]))
+            rows.append(
+                _row(
+                    t,
+                    "two-model (best)",
+                    f"k={best['num_draft']}",
+                    best,
+                    q,
+                    best["extra_weight_gb"],
+                    best["draft_model"],
+                )
+            )
             s = seeds.get("specdec")
             match = [c for c in spec if s and c["num_draft"] == s.get("num_draft")]
             if match:
-                rows.append(_row(t, "two-model (seeds' config)", f"k={match[0]['num_draft']}", match[0], q,
-                                 match[0]["extra_weight_gb"], match[0]["draft_model"]))
+                rows.append(
+                    _row(
+                        t,
+                        "two-model (seeds' config)",
+                        f"k={match[0]['num_draft']}",
+                        match[0],
+                        q,
+                        match[0]["extra_weight_gb"],
+                        match[0]["draft_model"],
+                    )
+                )
     return rows
 
 
@@ -90,14 +130,22 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
         side = "candidate"
         for pp in r["_cell"]["per_prompt"]:
             for run in pp["runs"]:
-                out.append({"target": r["target"], "technique": r["technique"], "config": r["config"],
-                            "prompt_id": pp["prompt_id"], "repeat": run["repeat"],
-                            "decode_tps": run[side]["decode_tps"]})
+                out.append(
+                    {
+                        "target": r["target"],
+                        "technique": r["technique"],
+                        "config": r["config"],
+                        "prompt_id": pp["prompt_id"],
+                        "repeat": run["repeat"],
+                        "decode_tps": run[side]["decode_tps"],
+                    }
+                )
     return pd.DataFrame(out)
 
 
-def write_comparison(selfspec_paths, specdec_paths, quality_paths, csv_path, md_path, per_prompt_path,
-                     seeds=None, noise_paths=()) -> pd.DataFrame:
+def write_comparison(
+    selfspec_paths, specdec_paths, quality_paths, csv_path, md_path, per_prompt_path, seeds=None, noise_paths=()
+) -> pd.DataFrame:
     from ..core.atomic import atomic_path, write_text
     from .tables import load_cells
 
@@ -108,8 +156,9 @@ def write_comparison(selfspec_paths, specdec_paths, quality_paths, csv_path, md_
     with atomic_path(csv_path) as tmp:
         df.to_csv(tmp, index=False)
     show = df.copy()
-    show["speedup"] = [f"{s:.2f}x [{lo:.2f}, {hi:.2f}]" for s, lo, hi in zip(df.speedup, df.speedup_ci_low,
-                                                                             df.speedup_ci_high)]
+    show["speedup"] = [
+        f"{s:.2f}x [{lo:.2f}, {hi:.2f}]" for s, lo, hi in zip(df.speedup, df.speedup_ci_low, df.speedup_ci_high)
+    ]
     show["lossless"] = ["yes" if x else "**NO**" for x in df.lossless]
     show = show.drop(columns=["speedup_ci_low", "speedup_ci_high"])
     write_text(md_path, show.to_markdown(index=False, floatfmt=".3g") + "\n")

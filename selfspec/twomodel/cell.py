@@ -27,12 +27,30 @@ def check_same_vocab(tok_a, tok_b, name_a: str, name_b: str) -> None:
         )
 
 
-def specdec_cell(model_path, draft_path, reference: Dict, prompt_set_path, *, model_name: str, draft_name: str,
-                 num_draft: int, max_tokens: int, repeats: int, warmup: int = 1) -> Dict:
+def specdec_cell(
+    model_path,
+    draft_path,
+    reference: Dict,
+    prompt_set_path,
+    *,
+    model_name: str,
+    draft_name: str,
+    num_draft: int,
+    max_tokens: int,
+    repeats: int,
+    warmup: int = 1,
+) -> Dict:
     """Two-model speculative decoding (mlx-lm's draft-model path) against plain decoding of
     the target, with the same protocol as the self-speculative cells."""
-    cfg = {"model": model_name, "draft_model": draft_name, "num_draft": num_draft, "max_tokens": max_tokens,
-           "repeats": repeats, "prompt_set": Path(prompt_set_path).stem, "engine": "mlx_lm"}
+    cfg = {
+        "model": model_name,
+        "draft_model": draft_name,
+        "num_draft": num_draft,
+        "max_tokens": max_tokens,
+        "repeats": repeats,
+        "prompt_set": Path(prompt_set_path).stem,
+        "engine": "mlx_lm",
+    }
     started_at = time.time()
     t0 = time.perf_counter()
     model, tokenizer = load(model_path)
