@@ -166,8 +166,7 @@ def get_cells(wildcards=None):
 
 # Models with a latency profile: those that run knapsack/auto/search, and any profile.models.
 PROFILED_MODELS = sorted(
-    {m for st in STRATEGIES if st in ADAPTIVE for m, *_ in grid_cells(st)}
-    | set(config["profile"].get("models", []))
+    {m for st in STRATEGIES if st in ADAPTIVE for m, *_ in grid_cells(st)} | set(config["profile"].get("models", []))
 )
 
 
@@ -250,9 +249,9 @@ def get_quality_files(wildcards=None):
 
 def get_noise_files(wildcards=None):
     """Each measured model's A/A run (plain against plain): the noise floor of its speedups."""
-    targets = {m for st in STRATEGIES for m, *_ in grid_cells(st)} | {
-        p["target"] for p in (SPECDEC or {}).get("pairs", [])
-    }
+    targets = config["noise"].get("models") or (
+        {m for st in STRATEGIES for m, *_ in grid_cells(st)} | {p["target"] for p in (SPECDEC or {}).get("pairs", [])}
+    )
     return [output_path(rules.noise_floor.output[0], model=m) for m in sorted(targets)]
 
 

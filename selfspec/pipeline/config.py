@@ -142,7 +142,7 @@ def check_config(config: Dict, basedir: str = ".") -> None:
     for name in s.get("per_model") or {}:
         if name not in models:
             raise ConfigError(f"selfspec.per_model: '{name}' is not a configured model (have: {', '.join(models)})")
-    for key in ("quality", "profile"):
+    for key in ("quality", "profile", "noise"):
         for name in (config.get(key) or {}).get("models", []):
             if name not in models:
                 raise ConfigError(f"{key}.models: '{name}' is not a configured model (have: {', '.join(models)})")
