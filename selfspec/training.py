@@ -209,20 +209,20 @@ def write_card(out: Path, info: dict, config) -> None:
     card = f"""# {out.name}
 
 A small Llama-architecture language model trained by this project
-(`python -m selfspec.training --preset {info['preset']} --out {out}`), shipped so that the
+(`python -m selfspec.training --preset {info["preset"]} --out {out}`), shipped so that the
 pipeline runs offline. It is a research fixture, not a useful assistant.
 
 - Architecture: llama, {config.num_hidden_layers} layers, hidden {config.hidden_size},
   MLP {config.intermediate_size}, {config.num_attention_heads} heads / {config.num_key_value_heads} KV heads,
   tied embeddings, vocabulary {config.vocab_size} (byte-level BPE).
-- Corpus: the Python {info['python']} standard library's source, tests excluded
-  ({info['corpus_files']} files, {info['corpus_tokens']:,} tokens, {info['bytes_per_token']} bytes/token).
+- Corpus: the Python {info["python"]} standard library's source, tests excluded
+  ({info["corpus_files"]} files, {info["corpus_tokens"]:,} tokens, {info["bytes_per_token"]} bytes/token).
   Held-out text: the standard library's tests.
-- Training: {info['steps']} steps of {info['architecture']['batch_size']} x {info['architecture']['seq_len']} tokens
-  ({info['tokens_seen']:,} tokens), AdamW, peak lr {info['architecture']['lr']}, cosine schedule, seed {info['seed']},
-  PyTorch {info['torch']} on CPU, {info['train_seconds']} s.
-- Final training loss: {info['final_train_loss']} nats/token; held-out loss {info['heldout_loss_nats_per_token']}
-  nats/token ({info['heldout_nats_per_byte']} nats/byte).
+- Training: {info["steps"]} steps of {info["architecture"]["batch_size"]} x {info["architecture"]["seq_len"]} tokens
+  ({info["tokens_seen"]:,} tokens), AdamW, peak lr {info["architecture"]["lr"]}, cosine schedule, seed {info["seed"]},
+  PyTorch {info["torch"]} on CPU, {info["train_seconds"]} s.
+- Final training loss: {info["final_train_loss"]} nats/token; held-out loss {info["heldout_loss_nats_per_token"]}
+  nats/token ({info["heldout_nats_per_byte"]} nats/byte).
 """
     (out / "README.md").write_text(card)
 
