@@ -88,7 +88,7 @@ def test_killed_cell_reruns_alone(tmp_path):
     write_config(d, base_config({"tiny": src}, [0.2, 0.4], max_tokens=48, repeats=3))
     victim = d / "results/selfspec/tiny/middle/skip0.4_draft2.json"
     other = d / "results/selfspec/tiny/middle/skip0.2_draft2.json"
-    log = victim.with_suffix(".log")
+    log = d / "logs/selfspec/tiny/middle/skip0.4_draft2.log"
 
     # 1. SIGKILL the cell's own process after it has timed a pair; Snakemake carries on.
     run = start(d, "--keep-going", SUMMARY)
@@ -104,7 +104,7 @@ def test_killed_cell_reruns_alone(tmp_path):
     json.loads(other.read_text())  # the other cell finished under --keep-going
     other_mtime = other.stat().st_mtime
     # The rerun plans the killed cell and the aggregation, nothing else.
-    assert planned_jobs(d) == {"selfspec_cell": 1, "aggregate": 1, "all": 1, "plot_selfspec": 1, "plot_profile": 1}
+    assert planned_jobs(d) == {"selfspec_cell": 1, "aggregate": 1, "all": 1, "plot_selfspec": 1}
     assert planned_jobs(d, SUMMARY) == {"selfspec_cell": 1, "aggregate": 1}
 
     # 2. Kill the whole run (snakemake and the cell), as a closed terminal or power loss would.
@@ -178,7 +178,7 @@ def test_missing_weight_file_fails_only_its_model(tmp_path):
     assert planned_jobs(d, SUMMARY) == {
         "quantize_model": 1,
         "reference_outputs": 1,
-        "profile_model": 1,
+        "noise_floor": 1,
         "selfspec_cell": 2,
         "aggregate": 1,
     }
@@ -199,14 +199,14 @@ def test_memory_guard_refuses_before_loading(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "resources/models/tiny/mlx does not fit in memory" in out and "allow_oversize" in out
-    log = (d / "results/reference/tiny/stdlib_code.log").read_text()
+    log = (d / "logs/reference/tiny/stdlib_code.log").read_text()
     assert "ModelTooLargeError" in log and "loaded" not in log  # refused before loading
     assert not (d / target).exists()
     # The override named in the message lets it through (with a warning in the log).
     cfg["memory_guard"]["allow_oversize"] = True
     write_config(d, cfg)
     snakemake(d, "--cores", "1", target)
-    assert "WARNING" in (d / "results/reference/tiny/stdlib_code.log").read_text()
+    assert "WARNING" in (d / "logs/reference/tiny/stdlib_code.log").read_text()
 
 
 def test_divergence_is_reported_then_refused(tmp_path):
@@ -230,7 +230,7 @@ def test_divergence_is_reported_then_refused(tmp_path):
     bad = [p for p in cell["per_prompt"] if not p["lossless"]]
     assert [(p["prompt_id"], p["first_divergence"]) for p in bad] == [(first["prompt_id"], 5)]
     assert bad[0]["plain_matches_reference"] is False  # the reference, not the draft, is off
-    assert "diverged from the reference" in (d / "results/selfspec/tiny/middle/skip0.2_draft2.log").read_text()
+    assert "diverged from the reference" in (d / "logs/selfspec/tiny/middle/skip0.2_draft2.log").read_text()
     summary = (d / SUMMARY).read_text()
     assert "lossless (every token equal to mlx-lm's greedy output): 0 of 2" in summary
     assert f"**Divergent cells (not lossless), 2:**" in summary and f"{first['prompt_id']} at token 5" in summary
