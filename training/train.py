@@ -3,7 +3,10 @@
 The corpus is the Python standard library's own source (tests excluded), so any machine
 with the same Python can rebuild it. Training uses PyTorch + transformers' Llama (faster on
 CPU than MLX with the bundled BLAS) and writes Hugging Face layout that mlx-lm loads.
-Run: ``python -m selfspec.training --preset target --out models/stdlib-llama-12l``.
+Run: ``python -m training.train --preset target --out models/stdlib-llama-12l``.
+
+Distillation presets (``--preset smollm2-draft --teacher DIR``) instead distil a two-model
+draft from a chat model's own greedy answers (training/distill.py, training/distill_train.py).
 """
 
 import argparse
@@ -45,6 +48,64 @@ PRESETS = {
     "draft": Preset(128, 384, 3, 4, 2, steps=1200),
     # For smoke-testing this script.
     "smoke": Preset(64, 128, 2, 2, 1, steps=5, batch_size=2, seq_len=32),
+}
+
+
+@dataclass
+class DistillPreset:
+    """A draft distilled from a chat model (see training/distill_train.py).
+
+    The draft keeps the teacher's vocabulary, heads and head size; its residual stream is the
+    teacher's projected onto `hidden_size` principal directions, and its layers are
+    `teacher_layers` of the teacher, each keeping `intermediate_size` of its MLP neurons.
+    """
+
+    hidden_size: int
+    teacher_layers: tuple
+    intermediate_size: int
+    steps: int
+    batch_size: int = 16
+    lr: float = 1e-3
+    warmup: int = 30
+    # Corpus: `prompts` prompts, every `long_every`-th answered up to `long_max_tokens` tokens,
+    # the others up to `max_tokens`; `heldout` of them kept for the held-out loss.
+    prompts: int = 2000
+    max_tokens: int = 32
+    long_every: int = 5
+    long_max_tokens: int = 144
+    gen_batch: int = 64
+    top_k: int = 8
+    heldout: int = 100
+    # Loss: cross-entropy on the teacher's greedy token + soft_weight x cross-entropy on its top-k.
+    soft_weight: float = 1.0
+    pca_sequences: int = 48
+    eval_every: int = 100
+
+
+DISTILL_PRESETS = {
+    # The two-model draft for SmolLM2-135M-Instruct (run with --teacher on its float32 MLX dir).
+    # Hidden 252 (a multiple of the 9 heads, as transformers requires): float16 weights ~34 MB.
+    # Layers (0, 1, 2, 29): after 60 trial steps their held-out loss was lowest of
+    # (0, 1, 2, 3), (0, 1, 28, 29) and the same embedding with random layers.
+    "smollm2-draft": DistillPreset(252, (0, 1, 2, 29), 1024, steps=800, lr=2e-3),
+    # For smoke-testing the distillation path on a tiny teacher.
+    "distill-smoke": DistillPreset(
+        32,
+        (0, 5),
+        64,
+        steps=40,
+        batch_size=4,
+        lr=3e-3,
+        warmup=5,
+        prompts=24,
+        max_tokens=8,
+        long_every=4,
+        long_max_tokens=16,
+        gen_batch=8,
+        heldout=4,
+        pca_sequences=8,
+        eval_every=20,
+    ),
 }
 
 
@@ -96,13 +157,24 @@ def encode(fast, texts: List[str]) -> np.ndarray:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), required=True)
+    parser.add_argument("--preset", choices=sorted(PRESETS) + sorted(DISTILL_PRESETS), required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tokenizer-from", type=Path, help="reuse this model's tokenizer")
     parser.add_argument("--steps", type=int, help="override the preset's step count")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--teacher", type=Path, help="distillation presets: the teacher's MLX/HF model directory")
+    parser.add_argument(
+        "--corpus",
+        type=Path,
+        help="distillation presets: the corpus file (.npz), made from the teacher unless it exists "
+        "(default resources/distill/<preset>.npz)",
+    )
     args = parser.parse_args(argv)
+    if args.preset in DISTILL_PRESETS:
+        from .distill_train import distill_main
+
+        return distill_main(args, DISTILL_PRESETS[args.preset])
 
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
@@ -209,7 +281,7 @@ def write_card(out: Path, info: dict, config) -> None:
     card = f"""# {out.name}
 
 A small Llama-architecture language model trained by this project
-(`python -m selfspec.training --preset {info["preset"]} --out {out}`), shipped so that the
+(`python -m training.train --preset {info["preset"]} --out {out}`), shipped so that the
 pipeline runs offline. It is a research fixture, not a useful assistant.
 
 - Architecture: llama, {config.num_hidden_layers} layers, hidden {config.hidden_size},

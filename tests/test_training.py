@@ -1,0 +1,125 @@
+"""The distillation path of training.train, on a tiny random teacher."""
+
+import filecmp
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tiny_models import write_model_dir  # noqa: E402
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|endoftext|>{{ m['role'] }}\n{{ m['content'] }}<|endoftext|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|endoftext|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory):
+    # rope_traditional: Q/K rows permuted as in GGUF-converted llama models (SmolLM2's path).
+    import mlx.core as mx
+
+    out = write_model_dir(tmp_path_factory.mktemp("teacher"), layers=6, seed=3, rope_traditional=True)
+    # Smaller embeddings than tiny_models' make a random model that does not just repeat its
+    # input, so its answers are not trivially predictable and the losses are not zero.
+    w = mx.load(str(out / "model.safetensors"))
+    w["model.embed_tokens.weight"] = w["model.embed_tokens.weight"] * 0.05
+    mx.save_safetensors(str(out / "model.safetensors"), w, metadata={"format": "mlx"})
+    (out / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    return out
+
+
+def test_prompts_are_reproducible_and_exclude_heldout():
+    from training.distill import heldout_texts, make_prompts
+
+    held = heldout_texts()
+    assert len(held) >= 20  # chat_mixed + general_21 were found
+    a, b = make_prompts(300, seed=0, exclude=held), make_prompts(300, seed=0, exclude=held)
+    assert a == b and len({p["text"] for p in a}) == 300
+    assert a != make_prompts(300, seed=1, exclude=held)
+    low = [h.lower() for h in held]
+    assert not any(p["text"].lower() in low for p in a)
+    assert any("photosynthesis" in p["text"] for p in make_prompts(2000))
+    assert not any("photosynthesis" in p["text"].lower() for p in make_prompts(2000, exclude=["Photosynthesis"]))
+
+
+def test_full_width_init_reproduces_teacher(teacher):
+    """Every layer at full width: the rotated, norm-folded draft computes the teacher's logits
+    (also checks the Q/K un-permutation against mlx-lm's rope_traditional teacher)."""
+    import mlx.core as mx
+    from mlx_lm import load
+
+    from training.distill_train import init_draft, read_teacher, teacher_model
+
+    cfg, W = read_teacher(teacher)
+    tm = teacher_model(cfg, W)
+    seqs = [np.arange(5, 45) % cfg["vocab_size"], np.arange(100, 160) % cfg["vocab_size"]]
+    draft, info = init_draft(cfg, W, tm, seqs, cfg["hidden_size"], list(range(6)), cfg["intermediate_size"])
+    assert info["residual_energy_kept"] == pytest.approx(1.0, abs=1e-4)
+    ids = torch.from_numpy(seqs[1])[None]
+    with torch.no_grad():
+        ref, got = tm(input_ids=ids).logits, draft(input_ids=ids).logits
+    mlx_teacher, _ = load(str(teacher))
+    mlx_ref = np.array(mlx_teacher(mx.array(seqs[1])[None]))
+    assert np.abs(ref.numpy() - mlx_ref).max() < 1e-3
+    assert (got - ref).abs().max().item() < 1e-3
+
+
+def test_distill_smoke(teacher, tmp_path):
+    import mlx.core as mx
+    from mlx_lm import load
+
+    from training.train import main
+
+    out = tmp_path / "draft"
+    info = main(
+        [
+            "--preset",
+            "distill-smoke",
+            "--teacher",
+            str(teacher),
+            "--out",
+            str(out),
+            "--corpus",
+            str(tmp_path / "corpus.npz"),
+            "--threads",
+            "1",
+        ]
+    )
+    assert info["corpus"]["prompts"] == 24 and info["corpus"]["answer_tokens"] > 24
+    # Training lowers the loss on the teacher's tokens (held out and seen).
+    assert info["heldout_final"]["loss"] < info["heldout_init"]["loss"]
+    assert info["train_final"]["loss"] < info["heldout_init"]["loss"]
+    # The draft shares the teacher's vocabulary and tokenizer files, and mlx-lm runs it.
+    teacher_cfg = json.loads((teacher / "config.json").read_text())
+    draft_cfg = json.loads((out / "config.json").read_text())
+    assert draft_cfg["vocab_size"] == teacher_cfg["vocab_size"]
+    assert draft_cfg["num_hidden_layers"] == 2 and draft_cfg["hidden_size"] == 32
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        assert filecmp.cmp(teacher / name, out / name, shallow=False)
+    model, tok = load(str(out))
+    assert tok.vocab_size == load(str(teacher))[1].vocab_size
+    logits = model(mx.array([[1, 2, 3]]))
+    assert logits.shape == (1, 3, teacher_cfg["vocab_size"])
+    assert info["mlx_check"]["argmax_match"] > 0.95
+    assert (out / "README.md").read_text().count("distill-smoke") >= 1
+    # A second run reuses the corpus.
+    again = main(
+        [
+            "--preset",
+            "distill-smoke",
+            "--teacher",
+            str(teacher),
+            "--out",
+            str(tmp_path / "d2"),
+            "--corpus",
+            str(tmp_path / "corpus.npz"),
+            "--threads",
+            "1",
+            "--steps",
+            "2",
+        ]
+    )
+    assert again["corpus"]["answer_tokens"] == info["corpus"]["answer_tokens"]
