@@ -69,8 +69,11 @@ def speedup_heatmap(df: pd.DataFrame, out) -> None:
     for label, ax in g.axes_dict.items():
         strategy = label.split(" · ")[1].split("/")[0]
         ax.set_ylabel("skip fraction: " + ("of layers" if strategy == "middle" else "most of skippable time"))
+    # Two short lines: one panel per (model, strategy) can make the figure narrow.
     g.figure.suptitle(
-        "Self-speculative speedup over plain decoding (boxed: ≥ 1.0×; knapsack/auto: the limits given)", y=1.0
+        "Self-speculative speedup over plain decoding\n(boxed: ≥ 1.0×; knapsack/auto: the limits given)",
+        y=1.0,
+        fontsize=10,
     )
     n = df.label.nunique()
     g.figure.set_size_inches(4.2 * min(3, n), 3.8 * int(np.ceil(n / 3)) + 0.4)
