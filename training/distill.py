@@ -783,6 +783,26 @@ def decode_ms(model, context: int = 64, tokens: int = 32) -> float:
     return (time.perf_counter() - t) / tokens * 1000
 
 
+def verify_ms(model, lengths=(1, 2, 3, 4, 5), context: int = 64, rounds: int = 8) -> Dict[int, float]:
+    """Milliseconds of one target pass over n new tokens with a KV cache (the verify step of a
+    k-token draft is n = k + 1), median over rounds, lengths interleaved."""
+    import statistics
+
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+    cache = make_prompt_cache(model)
+    mx.eval(model(mx.array([[5] * context]), cache=cache))
+    times = {n: [] for n in lengths}
+    for _ in range(rounds + 1):
+        for n in lengths:
+            t = time.perf_counter()
+            mx.eval(mx.argmax(model(mx.array([[7] * n]), cache=cache), -1))
+            times[n].append(time.perf_counter() - t)
+            trim_prompt_cache(cache, n)
+    return {n: statistics.median(ts[1:]) * 1000 for n, ts in times.items()}
+
+
 def measure(
     target_dir,
     draft_dir,
@@ -830,6 +850,9 @@ def measure(
     cost["ratio"] = cost["draft_ms"] / cost["target_ms"]
     cost["ratio_f16"] = cost["draft_f16_ms"] / cost["target_ms"]
     cost["ratios_per_round"] = [round(d / t, 4) for d, t in zip(d_ms, t_ms)]
+    v = verify_ms(target)
+    cost["verify_ms"] = {str(n): round(x, 2) for n, x in v.items()}
+    cost["verify_relative"] = {str(n): round(x / v[1], 3) for n, x in v.items()}
     log(json.dumps({"cost": cost}))
 
     def run(kind: str, k: int, p):
@@ -848,6 +871,7 @@ def measure(
             stats = [run(kk[0], kk[1], p) for p in prompts]
             results[kk].append(stats)
             secs = sum(s.prompt_seconds + s.decode_seconds for s in stats)
+            drafted = sum(s.drafted for s in stats)
             log(
                 json.dumps(
                     {
@@ -856,6 +880,7 @@ def measure(
                         "k": kk[1],
                         "seconds": round(secs, 2),
                         "tokens": sum(len(s.tokens) for s in stats),
+                        "acceptance": round(sum(s.accepted for s in stats) / drafted, 4) if drafted else None,
                     }
                 )
             )
