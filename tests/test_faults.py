@@ -14,9 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
-from tiny_models import write_model_dir
+from tiny_models import write_model_dir, write_sharded_copy
 from workflow import copy_workflow, planned_jobs, snakemake, write_config
 
 SUMMARY = "results/summary.md"
@@ -135,25 +134,8 @@ def test_killed_cell_reruns_alone(tmp_path):
 
 def broken_copy(d: Path, src: Path) -> Path:
     """The tiny model in two shards, the second missing (an interrupted download)."""
-    import mlx.core as mx
-
-    broken = d / "broken_src"
-    broken.mkdir()
-    for f in src.iterdir():
-        if f.suffix != ".safetensors":
-            (broken / f.name).write_bytes(f.read_bytes())
-    weights = mx.load(str(src / "model.safetensors"))
-    names = sorted(weights)
-    shards = {
-        "model-00001-of-00002.safetensors": names[: len(names) // 2],
-        "model-00002-of-00002.safetensors": names[len(names) // 2 :],
-    }
-    for shard, keys in shards.items():
-        mx.save_safetensors(str(broken / shard), {k: weights[k] for k in keys}, metadata={"format": "mlx"})
-    index = {"metadata": {}, "weight_map": {k: s for s, keys in shards.items() for k in keys}}
-    (broken / "model.safetensors.index.json").write_text(json.dumps(index))
-    missing = broken / "model-00002-of-00002.safetensors"
-    missing.rename(d / "shard2.saved")
+    broken = write_sharded_copy(src, d / "broken_src")
+    (broken / "model-00002-of-00002.safetensors").rename(d / "shard2.saved")
     return broken
 
 

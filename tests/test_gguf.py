@@ -1,7 +1,6 @@
 """GGUF sources: a GGUF the test writes itself, as llama.cpp would, converted and run by mlx-lm."""
 
 import json
-import os
 import zipfile
 
 import mlx.core as mx
@@ -10,8 +9,7 @@ import pytest
 
 from selfspec.core.fetch import FetchError, fetch, prepare
 from selfspec.measure.streams import plain_stream, timed_generation
-from selfspec.core.gguf import read_gguf
-from selfspec.core.integrity import IntegrityError
+from selfspec.core.integrity import IntegrityError, load_gguf
 from selfspec.core.models import load
 from tiny_models import dequantized_copy, write_gguf, write_model_dir
 
@@ -107,11 +105,11 @@ def test_truncated_and_foreign_files_are_named(tiny, tmp_path):
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(f32.read_bytes()[: f32.stat().st_size // 2])
     with pytest.raises(IntegrityError, match="cut.gguf"):
-        read_gguf(cut)
+        load_gguf(cut)
     other = tmp_path / "other.gguf"
     other.write_bytes(b"PK\x03\x04" + b"\0" * 64)
     with pytest.raises(IntegrityError, match="other.gguf.*not a GGUF"):
-        read_gguf(other)
+        load_gguf(other)
 
 
 def _wheel(dir, package, version, member, data):

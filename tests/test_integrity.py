@@ -23,7 +23,7 @@ from selfspec.core.integrity import (
     load_gguf,
 )
 from selfspec.core.models import load
-from tiny_models import write_model_dir
+from tiny_models import write_model_dir, write_sharded_copy
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -94,26 +94,8 @@ def test_gguf_truncated_or_corrupt_is_named(tmp_path):
         assert str(bad) in str(e.value)
 
 
-def sharded_model(tmp_path, tiny) -> Path:
-    """The tiny model split over two shards with an index, as hub models are."""
-    d = tmp_path / "sharded"
-    d.mkdir()
-    for f in tiny.iterdir():
-        if f.suffix != ".safetensors":
-            (d / f.name).write_bytes(f.read_bytes())
-    weights = mx.load(str(tiny / "model.safetensors"))
-    names = sorted(weights)
-    half = len(names) // 2
-    shards = {"model-00001-of-00002.safetensors": names[:half], "model-00002-of-00002.safetensors": names[half:]}
-    for shard, keys in shards.items():
-        mx.save_safetensors(str(d / shard), {k: weights[k] for k in keys}, metadata={"format": "mlx"})
-    index = {"metadata": {}, "weight_map": {k: s for s, keys in shards.items() for k in keys}}
-    (d / "model.safetensors.index.json").write_text(json.dumps(index))
-    return d
-
-
 def test_missing_shard_is_named_before_mlx_loads(tmp_path, tiny):
-    d = sharded_model(tmp_path, tiny)
+    d = write_sharded_copy(tiny, tmp_path / "sharded")
     model, _ = load(d)  # whole: loads
     assert len(model.layers) == 2
     (d / "model-00002-of-00002.safetensors").unlink()

@@ -193,3 +193,20 @@ def dequantized_copy(model_dir: Path, out: Path, quant: Dict[str, str]) -> Path:
             weights[name] = mx.array(gguf.quants.dequantize(gguf.quants.quantize(a, t), t).reshape(a.shape))
     mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
     return out
+
+
+def write_sharded_copy(src: Path, out: Path) -> Path:
+    """A model directory split over two shards with an index, as hub models are."""
+    out.mkdir()
+    for f in src.iterdir():
+        if f.suffix != ".safetensors":
+            (out / f.name).write_bytes(f.read_bytes())
+    weights = mx.load(str(src / "model.safetensors"))
+    names = sorted(weights)
+    half = len(names) // 2
+    shards = {"model-00001-of-00002.safetensors": names[:half], "model-00002-of-00002.safetensors": names[half:]}
+    for shard, keys in shards.items():
+        mx.save_safetensors(str(out / shard), {k: weights[k] for k in keys}, metadata={"format": "mlx"})
+    index = {"metadata": {}, "weight_map": {k: s for s, keys in shards.items() for k in keys}}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index))
+    return out

@@ -60,11 +60,6 @@ def _scalar(v):
     return v
 
 
-def read_gguf(path) -> Tuple[Dict[str, mx.array], Dict]:
-    """Tensors and metadata, with an error that names the file when it is not a readable GGUF."""
-    return load_gguf(path)
-
-
 def model_config(meta: Dict, path="") -> Dict:
     """mlx-lm's config.json from GGUF metadata."""
     arch = _scalar(meta.get("general.architecture"))
@@ -223,7 +218,7 @@ def gguf_to_mlx(
     Returns what was written: the config and the quantization kept.
     """
     t0 = time.perf_counter()
-    tensors, meta = read_gguf(path)
+    tensors, meta = load_gguf(path)
     cfg = model_config(meta, path)
     log(f"{path}: {cfg['model_type']}, {cfg['num_hidden_layers']} layers, {len(tensors)} tensors")
     weights, quant = convert_weights(tensors, dequantize, path, dtype)
