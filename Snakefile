@@ -6,7 +6,10 @@
 #   results/selfspec/<model>/<strategy>/skip<f>_draft<k>.json   one timing cell
 #   results/tables/, results/summary.md, results/plots/          aggregation
 #   results/specdec/<target>/<draft>/draft<k>.json               one two-model cell
-#   results/quality/<model>/<question_set>.json                   quality score
+#   results/quality/<model>/<question_set>.json                   quality score (plain decoding)
+#   results/quality_check/<model>/<question_set>.json   the lossless rows run on the question set
+#   results/diffusion/<model>/<baseline>/block<b>_thr<t>.json      one diffusion cell
+#   results/quality/<model>/<question_set>/block<b>_thr<t>.json    a diffusion model's quality
 #   results/tables/techniques.*        the three techniques side by side
 #   results/bench/engine.json          our loops against mlx-lm's (snakemake bench)
 #   logs/<path>.log, benchmarks/<path>.tsv   each job's log, and Snakemake's measurements of it
@@ -36,6 +39,7 @@ include: "rules/common.smk"
 include: "rules/models.smk"
 include: "rules/selfspec.smk"
 include: "rules/aggregate.smk"
+include: "rules/diffusion.smk"
 include: "rules/techniques.smk"
 include: "rules/bench.smk"
 

@@ -81,6 +81,9 @@ wildcard_constraints:
     draft_model="|".join(sorted(config["models"], key=len, reverse=True)),
     question_set="[A-Za-z0-9_-]+",
     prompt_set="[A-Za-z0-9_-]+",
+    baseline="|".join(sorted(config["models"], key=len, reverse=True)),
+    block=r"\d+",
+    threshold=r"[01](\.\d+)?",
 
 
 # Guards for every job (selfspec/guards.py): memory_guard and selfspec.require_lossless
@@ -256,6 +259,91 @@ def get_noise_files(wildcards=None):
 
 
 def get_technique_outputs():
-    if not (SPECDEC or QUALITY):
+    if not (SPECDEC or QUALITY or config.get("diffusion")):
         return []
     return [rules.compare_techniques.output.csv, rules.compare_techniques.output.md, *rules.plot_techniques.output]
+
+
+DIFFUSION = config.get("diffusion")
+
+
+def diffusion_grid():
+    """(model, baseline, block, threshold) of every diffusion cell."""
+    if not DIFFUSION:
+        return []
+    return [
+        (p["model"], p["baseline"], str(b), format_skip(t))
+        for p in DIFFUSION["pairs"]
+        for b in DIFFUSION["block_lengths"]
+        for t in DIFFUSION["thresholds"]
+    ]
+
+
+def get_diffusion_model_inputs(wildcards):
+    """A diffusion model's directory, and its base model's where it is an adapter."""
+    inputs = {"model": get_model_dir(wildcards)}
+    base = config["models"][wildcards.model].get("base")
+    if base:
+        inputs["base"] = output_path(rules.quantize_model.output[0], model=base)
+    return inputs
+
+
+def get_diffusion_inputs(wildcards):
+    return {
+        **get_diffusion_model_inputs(wildcards),
+        "baseline": output_path(rules.quantize_model.output[0], model=wildcards.baseline),
+    }
+
+
+def get_diffusion_reference(wildcards):
+    # The baseline's greedy tokens: the diffusion tokens are compared with them (not required to match).
+    return output_path(rules.reference_outputs.output[0], model=wildcards.baseline, prompt_set=PROMPT_SET)
+
+
+def get_diffusion_cells(wildcards=None):
+    return [
+        output_path(rules.diffusion_cell.output[0], model=m, baseline=b, block=bl, threshold=t)
+        for m, b, bl, t in diffusion_grid()
+    ]
+
+
+def get_diffusion_quality_files(wildcards=None):
+    if not QUALITY:
+        return []
+    cells = sorted({(m, bl, t) for m, _, bl, t in diffusion_grid()})
+    return [
+        output_path(
+            rules.diffusion_quality.output[0], model=m, question_set=QUALITY["question_set"], block=bl, threshold=t
+        )
+        for m, bl, t in cells
+    ]
+
+
+def get_check_inputs(wildcards):
+    """A question-set check's inputs: plain's answers, the model's cells (the check runs the
+    rows the techniques table picks from them) and its two-model drafts."""
+    m = wildcards.model
+    pairs = [p for p in (SPECDEC or {}).get("pairs", []) if p["target"] == m]
+    return {
+        "plain": output_path(rules.quality_score.output[0], model=m, question_set=wildcards.question_set),
+        "selfspec": [cell_path(mm, st, e, sk, d) for st in STRATEGIES for mm, e, sk, d in grid_cells(st) if mm == m],
+        "specdec": [
+            output_path(rules.specdec_cell.output[0], model=m, draft_model=p["draft"], draft=k)
+            for p in pairs
+            for k in SPECDEC["draft_lengths"]
+        ],
+        **{f"draft_{p['draft']}": output_path(rules.quantize_model.output[0], model=p["draft"]) for p in pairs},
+    }
+
+
+def get_question_checks(wildcards=None):
+    """One check per scored model with lossless rows, unless quality.check_lossless is off."""
+    if not QUALITY or not QUALITY["check_lossless"]:
+        return []
+    with_rows = set(GRID_MODELS) | {p["target"] for p in (SPECDEC or {}).get("pairs", [])}
+    scored = [Path(f).parent.name for f in get_quality_files()]
+    return [
+        output_path(rules.question_check.output[0], model=m, question_set=QUALITY["question_set"])
+        for m in scored
+        if m in with_rows
+    ]

@@ -75,12 +75,37 @@ rule quality_score:
         "../scripts/quality_score.py"
 
 
+rule question_check:
+    input:
+        unpack(get_check_inputs),
+        model=get_model_dir,
+        questions=get_question_set,
+    output:
+        "results/quality_check/{model}/{question_set}.json",
+    log:
+        "logs/quality_check/{model}/{question_set}.log",
+    benchmark:
+        "benchmarks/quality_check/{model}/{question_set}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
+    resources:
+        timing=1,
+    params:
+        max_tokens=config.get("quality", {}).get("max_tokens", 32),
+        seeds=config.get("techniques", {}).get("seeds", {}),
+    script:
+        "../scripts/question_check.py"
+
+
 rule compare_techniques:
     input:
         selfspec=get_cells(),
         specdec=get_specdec_cells(),
         quality=get_quality_files(),
         noise=get_noise_files(),
+        diffusion=get_diffusion_cells(),
+        diffusion_quality=get_diffusion_quality_files(),
+        checks=get_question_checks(),
     output:
         csv=report(
             "results/tables/techniques.csv",
@@ -133,6 +158,13 @@ rule plot_techniques:
             category="Two-model",
             subcategory="all models",
             labels={"result": "per-prompt decode speed by technique", "file": "figure"},
+        ),
+        by_length=report(
+            "results/plots/techniques_by_length.png",
+            caption="../report/techniques_by_length.rst",
+            category="Two-model",
+            subcategory="all models",
+            labels={"result": "decode speed by answer length", "file": "figure"},
         ),
     log:
         "logs/plots/plot_techniques.log",

@@ -13,4 +13,7 @@ write_comparison(
     snakemake.output.per_prompt,
     seeds=snakemake.params.seeds,
     noise_paths=snakemake.input.noise,
+    diffusion_paths=snakemake.input.diffusion,
+    diffusion_quality_paths=snakemake.input.diffusion_quality,
+    check_paths=snakemake.input.checks,
 )

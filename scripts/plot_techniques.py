@@ -4,7 +4,9 @@ sys.stderr = open(snakemake.log[0], "w")
 
 import pandas as pd
 
-from selfspec.report.plots import techniques_speedup, techniques_spread
+from selfspec.report.plots import techniques_by_length, techniques_speedup, techniques_spread
 
+per_prompt = pd.read_csv(snakemake.input.per_prompt)
 techniques_speedup(pd.read_csv(snakemake.input.table), snakemake.output.speedup)
-techniques_spread(pd.read_csv(snakemake.input.per_prompt), snakemake.output.spread)
+techniques_spread(per_prompt, snakemake.output.spread)
+techniques_by_length(per_prompt, snakemake.output.by_length)

@@ -1,20 +1,21 @@
 """Quality: the fraction of a question set answered correctly by greedy decoding.
 
 Each question has accepted answers as regular expressions (searched, case-insensitive, in
-the decoded answer). Lossless techniques inherit the plain model's score by construction;
-that is checked through their tokens, not re-scored.
+the decoded answer). A lossless technique gives plain decoding's tokens on the prompts it was
+timed on; `check_rows` runs it on the question set as well, compares its tokens with plain's
+there and scores its own answers, so no row's quality is copied unchecked.
 """
 
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 import mlx.core as mx
 import yaml
 
 from .core.environment import environment
-from .measure.streams import plain_stream, timed_generation
+from .measure.streams import TokenStream, plain_stream, timed_generation
 from .core.models import load
 from .core.prompts import PROMPT_FORMATS, encode_prompt, eos_ids
 
@@ -51,24 +52,95 @@ def score_answers(answers: Dict[str, str], questions: List[Dict]) -> Dict:
     return {"score": sum(correct.values()) / len(questions), "correct": correct}
 
 
+def answer_questions(tokenizer, question_path, make_stream: Callable[[mx.array], TokenStream]) -> Dict:
+    """Every question of the set answered by `make_stream` (greedy), as text and token ids."""
+    qs = load_questions(question_path)
+    eos = eos_ids(tokenizer)
+    texts, tokens = {}, {}
+    for q in qs["questions"]:
+        ids = encode_prompt(tokenizer, q["question"], qs["format"], qs["chat_template_kwargs"])
+        out = timed_generation(lambda: make_stream(mx.array(ids, mx.uint32)), len(ids), eos)
+        tokens[q["id"]] = out.tokens
+        texts[q["id"]] = tokenizer.decode([t for t in out.tokens if t not in eos])
+        print(f"{q['id']}: {texts[q['id']]!r}", file=sys.stderr, flush=True)
+    return {"questions": qs["questions"], "answers": texts, "tokens": tokens}
+
+
+def quality_result(cfg: Dict, answered: Dict, question_path, decoding: str) -> Dict:
+    """A quality JSON: the score, each answer (text and tokens) and how it was decoded."""
+    return {
+        **cfg,
+        **score_answers(answered["answers"], answered["questions"]),
+        "answers": answered["answers"],
+        "answer_tokens": answered["tokens"],
+        "n_questions": len(answered["questions"]),
+        "decoding": decoding,
+        "environment": environment(cfg),
+    }
+
+
 def score_model(model_path, question_path, *, model_name: str, max_tokens: int) -> Dict:
     """Plain greedy decoding of every question, scored."""
     model, tokenizer = load(model_path)
-    qs = load_questions(question_path)
-    eos = eos_ids(tokenizer)
-    answers = {}
-    for q in qs["questions"]:
-        ids = encode_prompt(tokenizer, q["question"], qs["format"], qs["chat_template_kwargs"])
-        out = timed_generation(lambda: plain_stream(model, mx.array(ids, mx.uint32), max_tokens), len(ids), eos)
-        answers[q["id"]] = tokenizer.decode([t for t in out.tokens if t not in eos])
-        print(f"{q['id']}: {answers[q['id']]!r}", file=sys.stderr, flush=True)
-    scored = score_answers(answers, qs["questions"])
+    answered = answer_questions(tokenizer, question_path, lambda ids: plain_stream(model, ids, max_tokens))
     cfg = {"model": model_name, "question_set": Path(question_path).stem, "max_tokens": max_tokens}
-    return {
-        **cfg,
-        **scored,
-        "answers": answers,
-        "n_questions": len(qs["questions"]),
-        "decoding": "greedy, plain (mlx-lm generate_step)",
-        "environment": environment(cfg),
-    }
+    return quality_result(cfg, answered, question_path, "greedy, plain (mlx-lm generate_step)")
+
+
+def check_rows(
+    model_path,
+    question_path,
+    plain: Dict,
+    selfspec_cells: List[Dict],
+    specdec_cells: List[Dict],
+    draft_paths: Dict[str, str],
+    *,
+    model_name: str,
+    max_tokens: int,
+    seeds: Dict,
+) -> Dict:
+    """The techniques table's lossless rows (report.techniques.chosen_rows) run on the question
+    set: each row's tokens against plain's (`plain`, the quality_score result) and its score."""
+    from .layerskip.cell import candidate_from_cell
+    from .measure.protocol import first_divergence
+    from .measure.streams import mlx_lm_selfspec_stream
+    from .report.techniques import chosen_rows
+
+    plain_tokens = plain.get("answer_tokens")
+    if plain_tokens is None or plain.get("max_tokens") != max_tokens:
+        raise ValueError(
+            f"the plain quality result for '{model_name}' lacks answer tokens at max_tokens={max_tokens}: "
+            "rerun quality_score (snakemake -R quality_score)"
+        )
+    model, tokenizer = load(model_path)
+    drafts: Dict[str, object] = {}
+    rows = []
+    for technique, label, cell in chosen_rows(model_name, selfspec_cells, specdec_cells, seeds):
+        if cell.get("technique") == "specdec":
+            name = cell["draft_model"]
+            if name not in drafts:
+                drafts[name] = load(draft_paths[name])[0]
+            draft, k = drafts[name], cell["num_draft"]
+            make = lambda ids, draft=draft, k=k: mlx_lm_selfspec_stream(model, draft, ids, max_tokens, k)
+        else:
+            make = candidate_from_cell(model, cell, max_tokens)
+        print(f"{technique} ({label}):", file=sys.stderr, flush=True)
+        answered = answer_questions(tokenizer, question_path, make)
+        diverged = {
+            qid: first_divergence(toks, plain_tokens[qid])
+            for qid, toks in answered["tokens"].items()
+            if toks != plain_tokens[qid]
+        }
+        rows.append(
+            {
+                "technique": technique,
+                "config": label,
+                "tokens_equal_plain": not diverged,
+                "questions_differing": sorted(diverged),
+                "first_divergence": diverged,
+                **score_answers(answered["answers"], answered["questions"]),
+                "answers": answered["answers"],
+            }
+        )
+    cfg = {"model": model_name, "question_set": Path(question_path).stem, "max_tokens": max_tokens}
+    return {**cfg, "plain_score": plain["score"], "rows": rows, "environment": environment(cfg)}

@@ -342,3 +342,13 @@ def test_study_plans_the_seeds_cells(repo):
     assert middle == expected  # the seeds' 24 cells, on mlx-lm's loop
     adaptive = [l for l in out.splitlines() if "output: results/selfspec/" in l and "/middle/" not in l]
     assert any("/knapsack/" in l for l in adaptive) and any("/auto/" in l for l in adaptive)
+    # LLaDA2.0-mini against both autoregressive targets, block 32, thresholds 0.95 and 0.9,
+    # with its own quality at each setting; it is no self-speculation model.
+    diffusion = sorted({l.split("output: ")[1] for l in out.splitlines() if "output: results/diffusion/" in l})
+    assert diffusion == sorted(
+        f"results/diffusion/llada2-mini-4bit/{b}/block32_thr{t}.json"
+        for b in ("qwen3-4b-4bit", "llama3.1-8b-4bit")
+        for t in ("0.95", "0.9")
+    )
+    assert "results/quality/llada2-mini-4bit/general_21/block32_thr0.9.json" in out
+    assert "results/selfspec/llada2-mini-4bit" not in out

@@ -55,6 +55,9 @@ MIRRORED = {
     "selfspec_cell",
     "specdec_cell",
     "quality_score",
+    "diffusion_cell",
+    "diffusion_quality",
+    "question_check",
 }
 
 
@@ -68,6 +71,9 @@ def test_every_job_logs_and_benchmarks_under_its_own_tree(tmp_path):
         "quantize_model",
         "specdec_cell",
         "quality_score",
+        "diffusion_cell",
+        "diffusion_quality",
+        "question_check",
         "compare_techniques",
         "plot_techniques",
         "engine_bench",

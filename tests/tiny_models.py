@@ -210,3 +210,26 @@ def write_sharded_copy(src: Path, out: Path) -> Path:
     index = {"metadata": {}, "weight_map": {k: s for s, keys in shards.items() for k in keys}}
     (out / "model.safetensors.index.json").write_text(json.dumps(index))
     return out
+
+
+def write_diffusion_adapter(base_dir: Path, out: Path, seed: int = 0, lora_scale: float = 0.05, rank: int = 4) -> Path:
+    """A random diffusion adapter (selfspec/diffusion/adapted.py) over the model at base_dir:
+    LoRA on every projection with nonzero B, a random mask embedding, mask id = last token."""
+    from mlx_lm import load
+
+    from selfspec.diffusion import adapted
+
+    base, tok = load(str(base_dir))
+    config = adapted.lora_config(rank, 1.0, len(base.layers))
+    adapted.attach_lora(base, config)
+    mx.random.seed(seed)
+    for _, m in base.named_modules():
+        if hasattr(m, "lora_b"):
+            m.lora_b = mx.random.normal(m.lora_b.shape) * lora_scale
+    vocab = len(tok.get_vocab())
+    model = adapted.AdaptedDiffusionLM(
+        base, adapted.DiffusionArgs(mask_token_id=vocab - 1, eos_token_id=tok.eos_token_id, block_lengths=[8])
+    )
+    model.mask_embedding = mx.random.normal(model.mask_embedding.shape)
+    adapted.save(model, Path(out), config, dtype=mx.float32)
+    return Path(out)

@@ -19,7 +19,7 @@ import sysconfig
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 
@@ -155,9 +155,57 @@ def encode(fast, texts: List[str]) -> np.ndarray:
     return np.asarray(ids, dtype=np.int32)
 
 
+@dataclass
+class DiffusionPreset:
+    """A block-diffusion adapter over a chat model (training/diffusion_adapt.py).
+
+    The corpus settings are the two-model draft's, so both use one corpus file.
+    """
+
+    steps: int
+    rank: int = 16
+    scale: float = 2.0
+    lr: float = 4e-4
+    warmup: int = 20
+    batch_size: int = 16
+    block_lengths: tuple = (8, 16, 32)
+    # A special token of SmolLM2's that no chat uses; None: the highest id the corpus never uses.
+    mask_token: Optional[str] = "<empty_output>"
+    eval_every: int = 100
+    check_prompts: int = 24
+    prompts: int = 2000
+    max_tokens: int = 32
+    long_every: int = 5
+    long_max_tokens: int = 144
+    gen_batch: int = 64
+    top_k: int = 8
+    heldout: int = 100
+
+
+DIFFUSION_PRESETS = {
+    "smollm2-diffusion": DiffusionPreset(steps=400),
+    "diffusion-smoke": DiffusionPreset(
+        steps=6,
+        batch_size=2,
+        warmup=2,
+        eval_every=3,
+        check_prompts=2,
+        prompts=24,
+        max_tokens=8,
+        long_every=4,
+        long_max_tokens=16,
+        gen_batch=8,
+        heldout=4,
+        mask_token=None,
+    ),
+}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS) + sorted(DISTILL_PRESETS), required=True)
+    parser.add_argument(
+        "--preset", choices=sorted(PRESETS) + sorted(DISTILL_PRESETS) + sorted(DIFFUSION_PRESETS), required=True
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tokenizer-from", type=Path, help="reuse this model's tokenizer")
     parser.add_argument("--steps", type=int, help="override the preset's step count")
@@ -175,6 +223,10 @@ def main(argv=None):
         from .distill_train import distill_main
 
         return distill_main(args, DISTILL_PRESETS[args.preset])
+    if args.preset in DIFFUSION_PRESETS:
+        from .diffusion_adapt import adapt_main
+
+        return adapt_main(args, DIFFUSION_PRESETS[args.preset])
 
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM

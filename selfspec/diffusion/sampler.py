@@ -23,6 +23,8 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
+from .adapted import prefix_causal_mask
+
 PASS_KINDS = ("prefill", "denoise", "commit")
 
 
@@ -48,6 +50,21 @@ class DiffusionStep:
 
 
 DiffusionStream = Generator[DiffusionStep, None, None]
+
+
+def diffusion_stream(model: nn.Module, prompt, **kwargs):
+    """`diffusion_generate_step` as a `TokenStream` (selfspec.measure.streams), for the paired
+    protocol: (None, False, None) once the prompt is processed, then per denoising pass its
+    released tokens, the first with round_drafted 0 (one full pass, nothing drafted), or
+    (None, False, 0) for a pass that released none."""
+    for st in diffusion_generate_step(model, prompt, **kwargs):
+        if st.kind == "prefill":
+            yield None, False, None
+        elif st.kind == "denoise":
+            if not st.tokens:
+                yield None, False, 0
+            for i, t in enumerate(st.tokens):
+                yield t, False, 0 if i == 0 else None
 
 
 def block_causal_mask(length: int, block_length: int, offset: int = 0) -> mx.array:
@@ -113,6 +130,7 @@ def diffusion_generate_step(
     use_cache: bool = True,
     fuse_commit: bool = True,
     prefill_step_size: int = 2048,
+    stop_when_done: bool = True,
 ) -> DiffusionStream:
     """Denoise `gen_length` masked tokens after `prompt`, block by block; one yield per forward.
 
@@ -127,10 +145,17 @@ def diffusion_generate_step(
           mask, as the reference does (same tokens, for checking).
         fuse_commit: write a finished block's K/V in the next block's first pass instead of
           a pass of its own.
+        stop_when_done: stop once every answer token is final (gen_length tokens, or up to an
+          EOS). The reference denoises the rest of the last block too; its answer is the same.
+    The first step is always a "prefill" (with no forward when no whole block is prompt).
     """
     args = getattr(model, "args", None)
     mask_id = args.mask_token_id if mask_id is None else mask_id
     eos_id = args.eos_token_id if eos_id is None else eos_id
+    # An adapted AR model (adapted.py) reads position i from output i-1 and keeps committed
+    # tokens causal; LLaDA2 reads position i from output i and is block-causal.
+    shift = int(bool(getattr(model, "diffusion_shift", False)))
+    causal_prefix = bool(getattr(model, "causal_prefix", False))
     prompt = [int(t) for t in (prompt.tolist() if hasattr(prompt, "tolist") else prompt)]
     P, B = len(prompt), block_length
     if gen_length <= 0:
@@ -158,35 +183,55 @@ def diffusion_generate_step(
     def run(tokens: np.ndarray, cache, mask):
         return model(mx.array(tokens, dtype=mx.int32)[None], cache=cache, mask=mask)
 
+    def final_mask(n: int, offset: int):
+        # Positions offset..offset+n-1, all committed: their K/V come out final.
+        return prefix_causal_mask(n, offset + n, offset) if causal_prefix else block_causal_mask(n, B, offset)
+
+    def block_mask(n: int, offset: int, s: int):
+        # Positions offset..s+B-1, the last B being the block worked on.
+        if causal_prefix:
+            return prefix_causal_mask(n, s, offset)
+        return None if offset == s else block_causal_mask(n, B, offset)
+
+    def block_logits(out: mx.array, s: int) -> mx.array:
+        # The B rows that predict the block's positions (out's last row is position e - 1).
+        if not shift:
+            return out[-B:]
+        if s == 0:  # position 0 is the prompt's, never masked: any row will do
+            return mx.concatenate([out[:1], out[: B - 1]])
+        return out[-B - 1 : -1]
+
     cache = make_prompt_cache(model) if use_cache else None
     cached = 0  # positions whose K/V the cache holds
-    if use_cache and first > 0:
+    prefix = first * B - shift  # shifted: the last committed position is re-run with each block
+    if use_cache and prefix > 0:
         chunk = max(B, prefill_step_size // B * B)
-        while cached < first * B:
-            n = min(chunk, first * B - cached)
-            run(x[cached : cached + n], cache, block_causal_mask(n, B, cached))
+        while cached < prefix:
+            n = min(chunk, prefix - cached)
+            run(x[cached : cached + n], cache, final_mask(n, cached))
             mx.eval([c.state for c in cache])
             cached += n
             calls += 1
-        yield DiffusionStep("prefill", first - 1, [], [], denoise, calls)
+    yield DiffusionStep("prefill", first - 1, [], [], denoise, calls)
 
     for b in range(first, num_blocks):
         s, e = b * B, (b + 1) * B
+        keep = s - shift if s > 0 else 0
         for step in range(steps):
             active = x[s:e] == mask_id
             if not active.any():
                 break
             if use_cache:
-                # Blocks not yet cached go in front of this one; within the pass the mask
-                # keeps them from seeing it, so their K/V come out as final.
-                mask = None if cached == s else block_causal_mask(e - cached, B, cached)
-                logits = run(x[cached:e], cache, mask)[0, -B:]
+                # Positions not yet cached go in front of this block; the mask keeps them
+                # from seeing it, so their K/V come out as final.
+                out = run(x[cached:e], cache, block_mask(e - cached, cached, s))[0]
                 for c in cache:
-                    c.trim(e - s)  # this block's K/V are stale as soon as a token commits
-                cached = s
+                    c.trim(e - keep)  # this block's K/V are stale as soon as a token commits
+                cached = keep
             else:
-                logits = run(x[:e], None, block_causal_mask(e, B))[0, -B:]
-            tok, prob = sample_tokens(logits, temperature, exclude=mask_id)
+                full = prefix_causal_mask(e, s) if causal_prefix else block_causal_mask(e, B)
+                out = run(x[:e], None, full)[0]
+            tok, prob = sample_tokens(block_logits(out, s), temperature, exclude=mask_id)
             tok, prob = np.array(tok), np.array(prob)  # the pass's one host sync
             denoise += 1
             calls += 1
@@ -200,15 +245,16 @@ def diffusion_generate_step(
                 stop = len(hits) > 0 and not (x[P : P + hits[0]] == mask_id).any()
             positions = (np.flatnonzero(sel) + s - P).tolist()
             yield DiffusionStep("denoise", b, positions, release(), denoise, calls)
-            if stop:
+            if stop or (stop_when_done and (eos_seen or emitted >= gen_length)):
                 return
         # The reference stops after any block whose answer part holds an EOS.
         if (x[P:e] == eos_id).any():
             return
         if use_cache and not fuse_commit and b + 1 < num_blocks:
-            run(x[s:e], cache, None)
+            n = e - shift - cached
+            run(x[cached : e - shift], cache, final_mask(n, cached))
             mx.eval([c.state for c in cache])
-            cached = e
+            cached = e - shift
             calls += 1
             yield DiffusionStep("commit", b, [], [], denoise, calls)
 

@@ -99,3 +99,17 @@ def selfspec_cell(
         "fallback": selection["fallback"],
     }
     return measured_result(cfg, extra, records, ref, t0, started_at)
+
+
+def candidate_from_cell(model, cell: Dict, max_tokens: int):
+    """The candidate a finished cell ran (its plan, engine and draft length, or its engine's
+    plain loop where it fell back), as `prompt -> TokenStream`, for other prompts."""
+    from .strategies import SkipPlan
+
+    loop = engine_of(cell["engine"])
+    if cell.get("fallback"):
+        return loop.plain(model, max_tokens)
+    plan = SkipPlan(cell["n_layers"], tuple((r["layer"], r["part"]) for r in cell["skipped_sublayers"]))
+    return loop.candidate(
+        model, plan, max_tokens, cell["draft_length_used"], cell.get("draft_threshold"), cell.get("draft_adapt_target")
+    )

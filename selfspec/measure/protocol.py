@@ -62,24 +62,38 @@ def paired_runs(
     repeats: int,
     warmup: int = 1,
     log: Callable[[str], None] = print,
+    candidate_prompts: Optional[List[Dict]] = None,
+    candidate_eos_ids: Optional[Sequence[int]] = None,
 ) -> List[Dict]:
     """Run `baseline` and `candidate` back to back for every prompt and repeat.
 
     Args:
         prompts: dicts with `id` and `tokens` (prompt token ids).
         baseline, candidate: make a token stream from a prompt array.
+        candidate_prompts, candidate_eos_ids: the candidate's own, where it has another
+          tokenizer (a diffusion model against an autoregressive baseline); same ids.
     Returns:
         One record per (prompt, repeat) with both sides' stats and tokens.
     """
     arrays = {p["id"]: mx.array(p["tokens"], dtype=mx.uint32) for p in prompts}
+    own = {p["id"]: p for p in candidate_prompts} if candidate_prompts else {p["id"]: p for p in prompts}
+    c_arrays = {i: mx.array(p["tokens"], dtype=mx.uint32) for i, p in own.items()}
+    c_eos = eos_ids if candidate_eos_ids is None else candidate_eos_ids
+
+    def side_args(side, pid):
+        if side == "baseline":
+            return baseline, arrays[pid], len(arrays[pid]), eos_ids
+        return candidate, c_arrays[pid], len(c_arrays[pid]), c_eos
+
     first = prompts[0]
     n, total = len(prompts), len(prompts) * repeats
     log(f"timing {n} prompts x {repeats} repeats ({total} pairs) after {warmup} warm-up(s)")
     # Warm-up pays the one-off costs (weights paged in from disk, first allocations, prompt
     # and multi-token passes); a few tokens of each kind do that.
     for _ in range(warmup):
-        for make in (baseline, candidate):
-            timed_generation(lambda: make(arrays[first["id"]]), len(first["tokens"]), eos_ids, limit=WARMUP_TOKENS)
+        for side in SIDES:
+            make, arr, n_prompt, eos = side_args(side, first["id"])
+            timed_generation(lambda: make(arr), n_prompt, eos, limit=WARMUP_TOKENS)
 
     records = []
     ratios = []
@@ -88,8 +102,8 @@ def paired_runs(
             order = list(SIDES) if (r + i) % 2 == 0 else list(reversed(SIDES))
             out = {}
             for side in order:
-                make = baseline if side == "baseline" else candidate
-                out[side] = timed_generation(lambda: make(arrays[p["id"]]), len(p["tokens"]), eos_ids)
+                make, arr, n_prompt, eos = side_args(side, p["id"])
+                out[side] = timed_generation(lambda: make(arr), n_prompt, eos)
             records.append({"prompt_id": p["id"], "repeat": r, "order": order, **out})
             ratios.append(out["candidate"].decode_tps / out["baseline"].decode_tps)
             log(
@@ -126,12 +140,14 @@ class PairedSummary:
     drafted_tokens: int
     accepted_tokens: int
     tokens_per_pass: float
-    lossless: bool
+    lossless: Optional[bool]  # None: no reference in the candidate's vocabulary to check against
     lossless_prompts: int
     peak_memory_gb: float
     baseline_peak_memory_gb: float
     pairs: int
     per_prompt: List[Dict] = field(repr=False)
+    # Share of the reference's token positions the candidate reproduced (1.0 when lossless).
+    token_agreement: Optional[float] = None
     acceptance_definition: str = ACCEPTANCE_DEFINITION
     tokens_per_pass_definition: str = TOKENS_PER_PASS_DEFINITION
 
@@ -139,17 +155,23 @@ class PairedSummary:
         return asdict(self)
 
 
-def summarize(records: List[Dict], reference: Dict[str, List[int]]) -> PairedSummary:
+def agreement(tokens: Sequence[int], ref: Sequence[int]) -> float:
+    """Share of the reference's positions where `tokens` holds the same token."""
+    return sum(a == b for a, b in zip(tokens, ref)) / len(ref) if ref else float(not tokens)
+
+
+def summarize(records: List[Dict], reference: Optional[Dict[str, List[int]]]) -> PairedSummary:
     """Speedups, acceptance and losslessness from paired records.
 
     `reference` maps prompt id to the tokens the candidate must reproduce (mlx-lm's greedy
-    output); it is lossless when every candidate generation equals them exactly.
+    output); it is lossless when every candidate generation equals them exactly. None where
+    the candidate has another vocabulary: nothing is checked, and `lossless` is None.
     """
     dec_med, dec_ci = paired_ratio(records, "decode_tps")
     e2e_med, e2e_ci = paired_ratio(records, "e2e_tps")
 
     def pooled(side, key):
-        toks = sum(len(r[side].tokens) - (1 if key == "decode" else 0) for r in records)
+        toks = sum(r[side].decode_count if key == "decode" else len(r[side].tokens) for r in records)
         secs = sum(
             r[side].decode_seconds if key == "decode" else r[side].decode_seconds + r[side].prompt_seconds
             for r in records
@@ -163,18 +185,26 @@ def summarize(records: List[Dict], reference: Dict[str, List[int]]) -> PairedSum
     for r in records:
         by_prompt.setdefault(r["prompt_id"], []).append(r)
     for pid, rs in by_prompt.items():
-        ref = reference[pid]
-        divs = [first_divergence(x["candidate"].tokens, ref) for x in rs]
-        base_divs = [first_divergence(x["baseline"].tokens, ref) for x in rs]
-        first_bad = min((d for d in divs if d is not None), default=None)
+        checked = {}
+        if reference is not None:
+            ref = reference[pid]
+            divs = [first_divergence(x["candidate"].tokens, ref) for x in rs]
+            base_divs = [first_divergence(x["baseline"].tokens, ref) for x in rs]
+            first_bad = min((d for d in divs if d is not None), default=None)
+            checked = {
+                "lossless": first_bad is None,
+                "first_divergence": first_bad,
+                "token_agreement": min(agreement(x["candidate"].tokens, ref) for x in rs),
+                "plain_matches_reference": all(d is None for d in base_divs),
+            }
+        else:
+            checked = {"lossless": None, "first_divergence": None, "token_agreement": None}
         per_prompt.append(
             {
                 "prompt_id": pid,
                 "prompt_tokens": rs[0]["baseline"].prompt_tokens,
                 "tokens": rs[0]["candidate"].tokens,
-                "lossless": first_bad is None,
-                "first_divergence": first_bad,
-                "plain_matches_reference": all(d is None for d in base_divs),
+                **checked,
                 "speedup": statistics.median(x["candidate"].decode_tps / x["baseline"].decode_tps for x in rs),
                 "runs": [
                     {"repeat": x["repeat"], "order": x["order"], **{side: _summary(x[side]) for side in SIDES}}
@@ -198,10 +228,11 @@ def summarize(records: List[Dict], reference: Dict[str, List[int]]) -> PairedSum
         drafted_tokens=sum(c.drafted for c in cand),
         accepted_tokens=sum(c.accepted for c in cand),
         tokens_per_pass=sum(len(c.tokens) for c in cand) / passes if passes else float("nan"),
-        lossless=all(p["lossless"] for p in per_prompt),
-        lossless_prompts=sum(p["lossless"] for p in per_prompt),
+        lossless=None if reference is None else all(p["lossless"] for p in per_prompt),
+        lossless_prompts=sum(bool(p["lossless"]) for p in per_prompt),
         peak_memory_gb=max(c.peak_memory_gb for c in cand),
         baseline_peak_memory_gb=max(r["baseline"].peak_memory_gb for r in records),
         pairs=len(records),
         per_prompt=per_prompt,
+        token_agreement=None if reference is None else statistics.mean(p["token_agreement"] for p in per_prompt),
     )

@@ -66,12 +66,16 @@ def reference_tokens(prompts: List[Dict], reference: Dict, max_tokens: int) -> D
     return ref
 
 
-def measured_result(cfg: Dict, extra: Dict, records, ref, t0: float, started_at: float) -> Dict:
+def measured_result(
+    cfg: Dict, extra: Dict, records, ref, t0: float, started_at: float, lossless_expected: bool = True
+) -> Dict:
     """A cell's JSON: its settings, what it ran, the paired statistics, timing, environment.
-    A divergence from the reference is logged as well as recorded."""
+    A divergence from the reference is logged as well as recorded, for techniques that
+    promise the reference's tokens (`lossless_expected`: speculation, not diffusion)."""
     result = {
         **cfg,
         **extra,
+        "lossless_expected": lossless_expected,
         "baseline_engine": "mlx_lm.generate_step",
         **summarize(records, ref).to_dict(),
         "wall_seconds": time.perf_counter() - t0,
@@ -79,7 +83,7 @@ def measured_result(cfg: Dict, extra: Dict, records, ref, t0: float, started_at:
         "finished_at": time.time(),
         "environment": environment(cfg),
     }
-    if not result["lossless"]:
+    if lossless_expected and not result["lossless"]:
         _log(f"WARNING: speculative output diverged from the reference: {divergence_summary(result)}")
     return result
 
@@ -131,7 +135,7 @@ def write_json(obj: Dict, path) -> None:
     A timing cell that is not lossless, under `selfspec.require_lossless`, is written to
     `<name>.diverged.json` instead and the job fails, naming where its tokens diverged."""
     path = Path(path)
-    is_cell = "lossless" in obj and "per_prompt" in obj
+    is_cell = "lossless" in obj and "per_prompt" in obj and obj.get("lossless_expected", True)
     if is_cell and not obj["lossless"] and require_lossless():
         atomic.write_json(obj, diverged_path(path))
         raise DivergenceError(

@@ -16,7 +16,10 @@ from mlx_lm.generate import generate_step, speculative_generate_step
 
 # Each item: (token, from_draft, round_drafted). round_drafted is None unless this token is the
 # first one a new full-model pass emits; then it is how many tokens that round drafted.
-TokenStream = Generator[Tuple[int, bool, Optional[int]], None, None]
+# A technique that does not emit a token per pass (diffusion) may yield token None: with
+# round_drafted 0 for a full pass that made no token final, or with None, first, to mark the
+# end of prompt processing (decode time then starts there and counts every token).
+TokenStream = Generator[Tuple[Optional[int], bool, Optional[int]], None, None]
 
 
 @dataclass
@@ -35,10 +38,17 @@ class GenerationStats:
     accepted: int = 0
     full_passes: int = 0
     peak_memory_gb: float = 0.0
+    # Tokens made in decode time: all but the first, which prompt processing makes, unless
+    # the stream marked the end of prompt processing itself.
+    decode_tokens: Optional[int] = None
+
+    @property
+    def decode_count(self) -> int:
+        return len(self.tokens) - 1 if self.decode_tokens is None else self.decode_tokens
 
     @property
     def decode_tps(self) -> float:
-        n = len(self.tokens) - 1
+        n = self.decode_count
         return n / self.decode_seconds if n > 0 and self.decode_seconds > 0 else float("nan")
 
     @property
@@ -95,12 +105,16 @@ def timed_generation(
     mx.reset_peak_memory()
     t0 = time.perf_counter()
     t_first = None
+    marked = False
     for tok, from_draft, round_drafted in make_stream():
         if t_first is None:
             t_first = time.perf_counter()
+            marked = tok is None and round_drafted is None
         if round_drafted is not None:
             full_passes += 1
             drafted += round_drafted
+        if tok is None:
+            continue
         accepted += from_draft
         tokens.append(tok)
         if tok in eos or len(tokens) == limit:
@@ -116,4 +130,5 @@ def timed_generation(
         accepted=accepted,
         full_passes=full_passes,
         peak_memory_gb=mx.get_peak_memory() / 1e9,
+        decode_tokens=len(tokens) if marked else None,
     )

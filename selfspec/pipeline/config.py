@@ -101,14 +101,58 @@ def known_num_layers(name: str, model_cfg: Dict, basedir: str = ".") -> Optional
     return None
 
 
+def diffusion_models(config: Dict) -> List[str]:
+    """Models that generate by diffusion: the diffusion pairs' models and every adapter."""
+    pairs = (config.get("diffusion") or {}).get("pairs", [])
+    return sorted({p["model"] for p in pairs} | {m for m, c in config["models"].items() if c.get("base")})
+
+
 def grid_models(config: Dict) -> List[str]:
     """The models the self-speculation grid runs on: selfspec.models, else every model
-    except those used only as two-model drafts."""
+    except those used only as two-model drafts, and the diffusion models."""
     if config["selfspec"].get("models"):
         return list(config["selfspec"]["models"])
     pairs = (config.get("specdec") or {}).get("pairs", [])
     drafts = {p["draft"] for p in pairs} - {p["target"] for p in pairs}
-    return [m for m in config["models"] if m not in drafts]
+    return [m for m in config["models"] if m not in drafts and m not in diffusion_models(config)]
+
+
+ADAPTER_FILES = ("diffusion.json", "adapter_config.json", "adapters.safetensors")
+
+
+def check_diffusion(config: Dict, basedir: str = ".") -> None:
+    models = config["models"]
+    for name, m in models.items():
+        if not m.get("base"):
+            continue
+        if m["base"] not in models:
+            raise ConfigError(f"models.{name}.base: '{m['base']}' is not a configured model")
+        if models[m["base"]].get("base"):
+            raise ConfigError(f"models.{name}.base: '{m['base']}' is itself an adapter")
+        if m.get("quantize") or m.get("dtype"):
+            raise ConfigError(
+                f"models.{name}: an adapter takes its base's weights; set quantize/dtype on '{m['base']}'"
+            )
+        local = source_dir(m["source"], basedir)
+        if local is not None:
+            missing = [f for f in ADAPTER_FILES if not (local / f).is_file()]
+            if missing:
+                raise ConfigError(
+                    f"models.{name}.source: {local} is not a diffusion adapter (lacks {', '.join(missing)})"
+                )
+    d = config.get("diffusion")
+    if not d:
+        return
+    for i, pair in enumerate(d["pairs"]):
+        for role in ("model", "baseline"):
+            if pair[role] not in models:
+                raise ConfigError(f"diffusion.pairs[{i}].{role}: '{pair[role]}' is not a configured model")
+        if pair["baseline"] in diffusion_models(config):
+            raise ConfigError(
+                f"diffusion.pairs[{i}].baseline: '{pair['baseline']}' is a diffusion model, not autoregressive"
+            )
+        if pair["model"] in (config["selfspec"].get("models") or []):
+            raise ConfigError(f"diffusion.pairs[{i}].model: '{pair['model']}' is also in selfspec.models")
 
 
 def check_grid(n_layers: int, selfspec: Dict, model_name: str) -> None:
@@ -161,6 +205,7 @@ def check_config(config: Dict, basedir: str = ".") -> None:
     if bench and bench.get("model") and bench["model"] not in models:
         raise ConfigError(f"bench.model: '{bench['model']}' is not a configured model")
     check_specdec(config, basedir)
+    check_diffusion(config, basedir)
     for name in grid_models(config):
         n = known_num_layers(name, models[name], basedir)
         if n is not None:

@@ -353,3 +353,29 @@ def techniques_spread(per_prompt: pd.DataFrame, out) -> None:
     g.figure.set_size_inches(6.4 * n + 1.6, 4.6)
     g.figure.tight_layout()
     _write(g.figure, out, bbox_inches=None)
+
+
+def techniques_by_length(per_prompt: pd.DataFrame, out) -> None:
+    """Decode tok/s against answer length, per technique: a diffusion model denoises whole
+    blocks, so a short answer pays for a long one (the seeds saw LLaDA2.0-mini at 0.6 tok/s on
+    a two-word answer and 17.6 on a long one)."""
+    sns.set_theme(style="ticks")
+    n = per_prompt.target.nunique()
+    g = sns.relplot(
+        data=per_prompt,
+        kind="scatter",
+        x="answer_tokens",
+        y="decode_tps",
+        hue="technique",
+        style="technique",
+        col="target",
+        height=4,
+        aspect=1.3,
+        facet_kws={"sharex": False, "sharey": False},
+        s=40,
+    )
+    g.set_axis_labels("answer length (tokens)", "decode tok/s (each prompt and repeat)")
+    g.figure.suptitle("Decode speed by answer length", y=1.0)
+    g.figure.set_size_inches(6.0 * n + 2.4, 4.4)
+    g.figure.tight_layout()
+    _write(g.figure, out, bbox_inches=None)

@@ -1,0 +1,58 @@
+# Diffusion generation: one cell per (diffusion model, baseline, block length, threshold),
+# timed against plain decoding of the baseline, and its quality on the question set
+# (diffusion is not lossless, so it is scored, never assumed).
+
+
+rule diffusion_cell:
+    input:
+        unpack(get_diffusion_inputs),
+        prompts=get_prompt_set,
+        reference=get_diffusion_reference,
+    output:
+        "results/diffusion/{model}/{baseline}/block{block}_thr{threshold}.json",
+    log:
+        "logs/diffusion/{model}/{baseline}/block{block}_thr{threshold}.log",
+    benchmark:
+        "benchmarks/diffusion/{model}/{baseline}/block{block}_thr{threshold}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
+    resources:
+        timing=1,
+    params:
+        steps=config.get("diffusion", {}).get("steps"),
+        max_tokens=config["selfspec"]["max_tokens"],
+        repeats=config["selfspec"]["repeats"],
+        warmup=config["selfspec"]["warmup"],
+    script:
+        "../scripts/diffusion_cell.py"
+
+
+rule diffusion_quality:
+    input:
+        unpack(get_diffusion_model_inputs),
+        questions=get_question_set,
+    output:
+        report(
+            "results/quality/{model}/{question_set}/block{block}_thr{threshold}.json",
+            caption="../report/diffusion_quality.rst",
+            category="Quality",
+            subcategory="{model}",
+            labels={
+                "model": "{model}",
+                "question set": "{question_set}",
+                "result": "answers and score, block {block}, threshold {threshold}",
+            },
+        ),
+    log:
+        "logs/quality/{model}/{question_set}/block{block}_thr{threshold}.log",
+    benchmark:
+        "benchmarks/quality/{model}/{question_set}/block{block}_thr{threshold}.tsv"
+    conda:
+        "../envs/selfspec.yaml"
+    resources:
+        timing=1,
+    params:
+        steps=config.get("diffusion", {}).get("steps"),
+        max_tokens=config.get("quality", {}).get("max_tokens", 32),
+    script:
+        "../scripts/diffusion_quality.py"

@@ -1,0 +1,24 @@
+import json
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from selfspec.diffusion.cell import diffusion_cell
+from selfspec.measure.reference import write_json
+
+result = diffusion_cell(
+    snakemake.input.model,
+    snakemake.input.baseline,
+    json.load(open(snakemake.input.reference)),
+    snakemake.input.prompts,
+    base_path=snakemake.input.get("base"),
+    model_name=snakemake.wildcards.model,
+    baseline_name=snakemake.wildcards.baseline,
+    block_length=int(snakemake.wildcards.block),
+    threshold=float(snakemake.wildcards.threshold),
+    steps=snakemake.params.steps,
+    max_tokens=snakemake.params.max_tokens,
+    repeats=snakemake.params.repeats,
+    warmup=snakemake.params.warmup,
+)
+write_json(result, snakemake.output[0])

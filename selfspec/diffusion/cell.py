@@ -1,0 +1,175 @@
+"""A diffusion cell: plain autoregressive decoding of a baseline model against block-diffusion
+generation, with the protocol every cell uses (selfspec.measure.protocol), and its quality.
+
+The baseline is the autoregressive model the diffusion model is compared with: its own base
+(an adapter over SmolLM2) or, for LLaDA2.0-mini, the best autoregressive models of the study.
+Diffusion is not lossless: its tokens are compared with the baseline's where both share a
+vocabulary (`token_agreement`), never required to match, and its quality is scored on the
+question set (`diffusion_quality`).
+"""
+
+import json
+import time
+from pathlib import Path
+from typing import Dict, Optional
+
+from ..core.models import load
+from ..core.prompts import encoded_prompts, eos_ids
+from ..measure.protocol import paired_runs
+from ..measure.reference import _log, measured_result, reference_tokens
+from ..measure.streams import plain_stream
+from . import adapted
+from .sampler import diffusion_stream
+
+
+def load_diffusion(path, base: Optional[str] = None):
+    """A diffusion model and its tokenizer: an adapter directory (adapted.py) over `base`, or
+    an `llada2_moe` directory."""
+    path = Path(path)
+    if adapted.is_adapter(path):
+        if base is None:
+            raise ValueError(f"{path} is an adapter: it needs the base model it was trained on")
+        return adapted.load(path, base)
+    model_type = json.loads((path / "config.json").read_text()).get("model_type")
+    from . import llada2
+
+    if model_type != llada2.MODEL_TYPE:
+        raise ValueError(
+            f"{path}: model_type '{model_type}' is not a diffusion model "
+            f"(expected '{llada2.MODEL_TYPE}' or a diffusion adapter)"
+        )
+    return llada2.load(path)
+
+
+def sampler_settings(block_length: int, threshold: float, steps: Optional[int], max_tokens: int) -> Dict:
+    """The sampler's arguments for a cell: steps default to the block length (at least one
+    token per pass), temperature 0 (argmax), EOS early stop as the model cards."""
+    return {
+        "gen_length": max_tokens,
+        "block_length": block_length,
+        "steps": steps or block_length,
+        "threshold": threshold,
+        "temperature": 0.0,
+        "eos_early_stop": True,
+    }
+
+
+def weight_gb(model) -> float:
+    from mlx.utils import tree_flatten
+
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters())) / 1e9
+
+
+def adapter_gb(model) -> float:
+    from mlx.utils import tree_flatten
+
+    own = [v for k, v in tree_flatten(model.parameters()) if ".lora_" in k or k == "mask_embedding"]
+    return sum(v.nbytes for v in own) / 1e9
+
+
+def diffusion_cell(
+    model_path,
+    baseline_path,
+    reference: Dict,
+    prompt_set_path,
+    *,
+    model_name: str,
+    baseline_name: str,
+    block_length: int,
+    threshold: float,
+    steps: Optional[int],
+    max_tokens: int,
+    repeats: int,
+    warmup: int,
+    base_path=None,
+) -> Dict:
+    """Block-diffusion generation against plain decoding of `baseline`, back to back."""
+    settings = sampler_settings(block_length, threshold, steps, max_tokens)
+    cfg = {
+        "model": model_name,
+        "baseline_model": baseline_name,
+        "technique": "diffusion",
+        "block_length": block_length,
+        "threshold": threshold,
+        "steps": settings["steps"],
+        "max_tokens": max_tokens,
+        "repeats": repeats,
+        "prompt_set": Path(prompt_set_path).stem,
+        "engine": "selfspec.diffusion.sampler",
+    }
+    started_at, t0 = time.time(), time.perf_counter()
+    baseline, b_tok = load(baseline_path)
+    model, d_tok = load_diffusion(model_path, base_path)
+    prompts = encoded_prompts(b_tok, prompt_set_path)
+    ref = reference_tokens(prompts, reference, max_tokens)
+    same_vocab = b_tok.get_vocab() == d_tok.get_vocab()
+    d_prompts = prompts if same_vocab else encoded_prompts(d_tok, prompt_set_path)
+
+    def plain(prompt):
+        return plain_stream(baseline, prompt, max_tokens)
+
+    def diffusion(prompt):
+        return diffusion_stream(model, prompt, **settings)
+
+    records = paired_runs(
+        prompts,
+        plain,
+        diffusion,
+        eos_ids(b_tok),
+        repeats,
+        warmup,
+        log=_log,
+        candidate_prompts=d_prompts,
+        candidate_eos_ids=eos_ids(d_tok),
+    )
+    extra = {
+        "same_vocabulary": same_vocab,
+        "adapter": adapted.is_adapter(model_path),
+        "base_model": str(base_path) if base_path else None,
+        "n_layers": len(model.layers),
+        "baseline_weight_gb": weight_gb(baseline),
+        "weight_gb": weight_gb(model),
+        # The memory diffusion adds over its baseline: an adapter over the baseline's own
+        # weights adds only itself; another model adds all of its weights.
+        "extra_weight_gb": adapter_gb(model)
+        if base_path is not None and Path(base_path).resolve() == Path(baseline_path).resolve()
+        else weight_gb(model),
+        "sampler": settings,
+    }
+    result = measured_result(cfg, extra, records, ref if same_vocab else None, t0, started_at, lossless_expected=False)
+    # Each answer's length beside its speed: diffusion's tok/s depends on it (short answers
+    # still pay for denoising a whole block).
+    for p in result["per_prompt"]:
+        runs = p["runs"]
+        p["answer_tokens"] = runs[0]["candidate"]["new_tokens"]
+        p["candidate_decode_tps"] = sorted(r["candidate"]["decode_tps"] for r in runs)[len(runs) // 2]
+        p["tokens_per_pass"] = runs[0]["candidate"]["new_tokens"] / max(runs[0]["candidate"]["full_passes"], 1)
+    return result
+
+
+def diffusion_quality(
+    model_path,
+    question_path,
+    *,
+    model_name: str,
+    block_length: int,
+    threshold: float,
+    steps: Optional[int],
+    max_tokens: int,
+    base_path=None,
+) -> Dict:
+    """The question set answered by block-diffusion generation, scored as plain models are."""
+    from ..quality import answer_questions, quality_result
+
+    model, tokenizer = load_diffusion(model_path, base_path)
+    settings = sampler_settings(block_length, threshold, steps, max_tokens)
+    answers = answer_questions(tokenizer, question_path, lambda ids: diffusion_stream(model, ids, **settings))
+    cfg = {
+        "model": model_name,
+        "question_set": Path(question_path).stem,
+        "max_tokens": max_tokens,
+        "block_length": block_length,
+        "threshold": threshold,
+        "steps": settings["steps"],
+    }
+    return quality_result(cfg, answers, question_path, f"block diffusion (selfspec.diffusion.sampler: {settings})")

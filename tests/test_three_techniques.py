@@ -1,0 +1,124 @@
+"""A real Snakemake run of all three techniques on tiny models: self-speculation, two-model
+speculation and a diffusion adapter, with quality, the question-set check of the lossless
+rows, and the techniques table."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from tiny_models import write_diffusion_adapter, write_model_dir
+from workflow import copy_workflow, planned_jobs, snakemake, write_config
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("three")
+    copy_workflow(d)
+    base = write_model_dir(d / "tiny_src", "llama", layers=6, tie_word_embeddings=False)
+    draft = write_model_dir(d / "draft_src", "llama", layers=2, tie_word_embeddings=False, seed=1)
+    adapter = write_diffusion_adapter(base, d / "diff_src", lora_scale=0.1)
+    cfg = {
+        "models": {
+            "tiny": {"source": str(base)},
+            "tiny-draft": {"source": str(draft)},
+            "tiny-diff": {"source": str(adapter), "base": "tiny"},
+        },
+        "selfspec": {
+            "strategies": ["middle"],
+            "skip_fractions": [0.4],
+            "draft_lengths": [2],
+            "max_tokens": 12,
+            "repeats": 1,
+            "warmup": 1,
+            "prompt_set": "stdlib_code",
+            # Diffusion is not lossless: it must be measured even where divergence is refused.
+            "require_lossless": True,
+        },
+        "specdec": {"pairs": [{"target": "tiny", "draft": "tiny-draft"}], "draft_lengths": [2]},
+        "quality": {"question_set": "stdlib_quiz", "max_tokens": 8, "models": ["tiny"]},
+        "diffusion": {"pairs": [{"model": "tiny-diff", "baseline": "tiny"}], "block_lengths": [8], "thresholds": [0.9]},
+        "noise": {"models": ["tiny"]},
+        "techniques": {
+            "seeds": {
+                "selfspec": {"strategy": "middle", "skip_fraction": 0.4, "num_draft": 2},
+                "specdec": {"num_draft": 2},
+            }
+        },
+    }
+    write_config(d, cfg)
+    snakemake(d, "--cores", "1")
+    return d, cfg
+
+
+def test_diffusion_cell_is_measured_with_the_protocol(run):
+    d, _ = run
+    cell = json.loads((d / "results/diffusion/tiny-diff/tiny/block8_thr0.9.json").read_text())
+    assert cell["technique"] == "diffusion" and cell["lossless_expected"] is False
+    assert cell["block_length"] == 8 and cell["threshold"] == 0.9 and cell["steps"] == 8
+    assert cell["adapter"] and cell["same_vocabulary"] and cell["baseline_model"] == "tiny"
+    assert cell["pairs"] == 4 and cell["baseline_tps"] > 0 and cell["candidate_tps"] > 0
+    # Tokens per denoising pass: at least one token is committed per pass (steps = block).
+    assert 0 < cell["tokens_per_pass"] and 0 <= cell["token_agreement"] <= 1
+    assert cell["acceptance_rate"] is None and cell["peak_memory_gb"] > 0
+    for p in cell["per_prompt"]:
+        assert p["answer_tokens"] == len(p["tokens"]) and p["tokens_per_pass"] > 0
+        assert p["candidate_decode_tps"] > 0
+    assert "mlx" in cell["environment"] and cell["environment"]["config_hash"]
+
+
+def test_diffusion_quality_scores_its_own_answers(run):
+    d, _ = run
+    q = json.loads((d / "results/quality/tiny-diff/stdlib_quiz/block8_thr0.9.json").read_text())
+    assert q["n_questions"] == 21 and 0 <= q["score"] <= 1
+    assert set(q["answers"]) == set(q["answer_tokens"]) and "block diffusion" in q["decoding"]
+
+
+def test_lossless_rows_are_checked_on_the_question_set(run):
+    d, _ = run
+    plain = json.loads((d / "results/quality/tiny/stdlib_quiz.json").read_text())
+    check = json.loads((d / "results/quality_check/tiny/stdlib_quiz.json").read_text())
+    techniques = [r["technique"] for r in check["rows"]]
+    assert techniques == [
+        "self-spec (best)",
+        "self-spec (seeds' config)",
+        "two-model (best)",
+        "two-model (seeds' config)",
+    ]
+    for r in check["rows"]:
+        # Greedy speculation reproduces plain's tokens on these questions as well.
+        assert r["tokens_equal_plain"], (r["technique"], r["first_divergence"])
+        assert r["score"] == plain["score"] and r["answers"] == plain["answers"]
+
+
+def test_techniques_table_has_every_technique_with_its_quality_basis(run):
+    d, _ = run
+    df = pd.read_csv(d / "results/tables/techniques.csv")
+    assert list(df.technique) == [
+        "plain",
+        "self-spec (best)",
+        "self-spec (seeds' config)",
+        "two-model (best)",
+        "two-model (seeds' config)",
+        "diffusion",
+    ]
+    diff = df[df.technique == "diffusion"].iloc[0]
+    q = json.loads((d / "results/quality/tiny-diff/stdlib_quiz/block8_thr0.9.json").read_text())
+    assert diff.quality == pytest.approx(q["score"]) and diff.quality_basis == "own answers"
+    assert diff.config == "block 8, threshold 0.9" and diff.draft == "tiny-diff"
+    spec = df[df.technique.str.startswith(("self-spec", "two-model"))]
+    assert (spec.quality_basis == "own answers (= plain's tokens)").all()
+    per_prompt = pd.read_csv(d / "results/tables/techniques_per_prompt.csv")
+    rows = per_prompt[per_prompt.technique == "diffusion"]
+    assert len(rows) == 4 and (rows.answer_tokens > 0).all() and (rows.tokens_per_pass > 0).all()
+    assert (d / "results/plots/techniques_spread.png").stat().st_size > 0
+
+
+def test_new_threshold_adds_one_cell_and_its_quality(run):
+    d, cfg = run
+    grown = json.loads(json.dumps(cfg))
+    grown["diffusion"]["thresholds"] = [0.9, 0.7]
+    write_config(d, grown, "grown.yaml")
+    jobs = planned_jobs(d, config="config/grown.yaml")
+    assert jobs.get("diffusion_cell") == 1 and jobs.get("diffusion_quality") == 1
+    assert "selfspec_cell" not in jobs and "question_check" not in jobs
