@@ -8,27 +8,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tiny_models import write_model_dir  # noqa: E402
-
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|endoftext|>{{ m['role'] }}\n{{ m['content'] }}<|endoftext|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|endoftext|>assistant\n{% endif %}"
-)
+from tiny_models import write_chat_teacher  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory):
-    # rope_traditional: Q/K rows permuted as in GGUF-converted llama models (SmolLM2's path).
-    import mlx.core as mx
-
-    out = write_model_dir(tmp_path_factory.mktemp("teacher"), layers=6, seed=3, rope_traditional=True)
-    # Smaller embeddings than tiny_models' make a random model that does not just repeat its
-    # input, so its answers are not trivially predictable and the losses are not zero.
-    w = mx.load(str(out / "model.safetensors"))
-    w["model.embed_tokens.weight"] = w["model.embed_tokens.weight"] * 0.05
-    mx.save_safetensors(str(out / "model.safetensors"), w, metadata={"format": "mlx"})
-    (out / "chat_template.jinja").write_text(CHAT_TEMPLATE)
-    return out
+    return write_chat_teacher(tmp_path_factory.mktemp("teacher"))
 
 
 def test_prompts_are_reproducible_and_exclude_heldout():

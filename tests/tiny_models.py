@@ -233,3 +233,21 @@ def write_diffusion_adapter(base_dir: Path, out: Path, seed: int = 0, lora_scale
     model.mask_embedding = mx.random.normal(model.mask_embedding.shape)
     adapted.save(model, Path(out), config, dtype=mx.float32)
     return Path(out)
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|endoftext|>{{ m['role'] }}\n{{ m['content'] }}<|endoftext|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|endoftext|>assistant\n{% endif %}"
+)
+
+
+def write_chat_teacher(out: Path) -> Path:
+    """A tiny chat model for the training scripts: rope_traditional (as GGUF-converted llama
+    models, SmolLM2's path), a chat template, and small embeddings, so that the random model
+    does not just repeat its input and its answers are not trivially predictable."""
+    out = write_model_dir(out, layers=6, seed=3, rope_traditional=True)
+    w = mx.load(str(out / "model.safetensors"))
+    w["model.embed_tokens.weight"] = w["model.embed_tokens.weight"] * 0.05
+    mx.save_safetensors(str(out / "model.safetensors"), w, metadata={"format": "mlx"})
+    (out / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    return out

