@@ -122,3 +122,15 @@ def test_new_threshold_adds_one_cell_and_its_quality(run):
     jobs = planned_jobs(d, config="config/grown.yaml")
     assert jobs.get("diffusion_cell") == 1 and jobs.get("diffusion_quality") == 1
     assert "selfspec_cell" not in jobs and "question_check" not in jobs
+
+
+def test_report_groups_the_comparison_and_each_models_quality(run):
+    import re
+
+    d, _ = run
+    snakemake(d, "--report", "results/report.html")
+    html = (d / "results/report.html").read_text(encoding="utf-8")
+    categories = json.loads(re.search(r"var categories = (\{.*?\});", html).group(1))
+    assert {"Techniques compared", "Quality"} <= set(categories)
+    assert set(categories["Quality"]) == {"tiny", "tiny-diff"}
+    assert "techniques_by_length.png" in html and "Answers of the diffusion model" in html
