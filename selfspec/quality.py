@@ -116,7 +116,7 @@ def check_rows(
     drafts: Dict[str, object] = {}
     rows = []
     for technique, label, cell in chosen_rows(model_name, selfspec_cells, specdec_cells, seeds):
-        if cell.get("technique") == "specdec":
+        if technique.startswith("two-model"):
             name = cell["draft_model"]
             if name not in drafts:
                 drafts[name] = load(draft_paths[name])[0]

@@ -120,7 +120,21 @@ def test_comparison_has_one_row_per_technique_and_configuration():
     assert rows[0]["tokens_per_pass"] == 1.0 and rows[0]["acceptance_rate"] is None
     best = rows[1]
     assert best["speedup"] == 1.1 and best["quality"] == 0.6
+    # Without a question-set check, plain's score is shown and marked as such.
+    assert best["quality_basis"] == "plain's (not run on the question set)"
     assert rows[3]["speedup"] == 1.2 and rows[3]["extra_weight_gb"] == 0.5
+    # With one, each row carries its own score: equal tokens, or answers that differ.
+    check = {
+        "rows": [
+            {"technique": "self-spec (best)", "tokens_equal_plain": True, "score": 0.6, "questions_differing": []},
+            {"technique": "two-model (best)", "tokens_equal_plain": False, "score": 0.5, "questions_differing": ["q1"]},
+        ]
+    }
+    rows = compare(selfspec, spec, {"m": {"score": 0.6}}, noise={"m": aa}, checks={"m": check})
+    by = {r["technique"]: r for r in rows}
+    assert by["self-spec (best)"]["quality_basis"] == "own answers (= plain's tokens)"
+    assert by["two-model (best)"]["quality"] == 0.5
+    assert by["two-model (best)"]["quality_basis"] == "own answers (differ from plain on 1 questions)"
     # A technique that is not lossless gets no borrowed quality.
     rows = compare([_cell("m", 1.3, lossless=False)], [], {"m": {"score": 0.6}}, noise={"m": aa})
     assert rows[1]["quality"] != rows[1]["quality"]  # NaN

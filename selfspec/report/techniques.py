@@ -145,7 +145,7 @@ def compare(
             score, basis = _checked_quality(checks.get(t), technique, q)
             if not cell["lossless"]:
                 score, basis = float("nan"), "none: diverged on the prompts"
-            two = cell.get("technique") == "specdec"
+            two = technique.startswith("two-model")
             rows.append(
                 _row(
                     t,
