@@ -74,6 +74,32 @@ CASES = {
     ),
     "unknown_question_set": (lambda c: c.update(quality={"question_set": "nope"}), ["quality.question_set", "nope"]),
     "bad_quantize": (lambda c: c["models"]["tiny"].update(quantize={"bits": 7}), ["bits", "7"]),
+    "adapter_base_unknown": (
+        lambda c: c["models"].update(diff={"source": c["models"]["tiny"]["source"], "base": "nope"}),
+        ["models.diff.base", "nope"],
+    ),
+    "adapter_source_not_an_adapter": (
+        lambda c: c["models"].update(diff={"source": c["models"]["tiny"]["source"], "base": "tiny"}),
+        ["models.diff.source", "not a diffusion adapter", "diffusion.json"],
+    ),
+    "diffusion_unknown_baseline": (
+        lambda c: c.update(diffusion={"pairs": [{"model": "tiny", "baseline": "nope"}]}),
+        ["diffusion.pairs[0].baseline", "nope"],
+    ),
+    "diffusion_threshold_above_one": (
+        lambda c: c.update(diffusion={"pairs": [{"model": "tiny", "baseline": "tiny"}], "thresholds": [1.5]}),
+        ["thresholds", "1.5"],
+    ),
+    "diffusion_model_scored_as_plain": (
+        lambda c: (
+            c["models"].update(other=dict(c["models"]["tiny"])),
+            c.update(
+                diffusion={"pairs": [{"model": "other", "baseline": "tiny"}]},
+                quality={"question_set": "stdlib_quiz", "models": ["other"]},
+            ),
+        ),
+        ["quality.models", "'other' is a diffusion model"],
+    ),
 }
 
 

@@ -140,6 +140,15 @@ def check_diffusion(config: Dict, basedir: str = ".") -> None:
                 raise ConfigError(
                     f"models.{name}.source: {local} is not a diffusion adapter (lacks {', '.join(missing)})"
                 )
+    # Diffusion models only run in diffusion cells (and are scored there).
+    diff = set(diffusion_models(config))
+    uses = [(f"{key}.models", (config.get(key) or {}).get("models") or []) for key in ("quality", "noise", "profile")]
+    uses.append(("bench.model", [(config.get("bench") or {}).get("model")]))
+    uses.append(("specdec.pairs", [m for p in (config.get("specdec") or {}).get("pairs", []) for m in p.values()]))
+    for key, names in uses:
+        bad = sorted(diff & set(names))
+        if bad:
+            raise ConfigError(f"{key}: '{bad[0]}' is a diffusion model; it runs in diffusion cells only")
     d = config.get("diffusion")
     if not d:
         return
