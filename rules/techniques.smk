@@ -128,6 +128,13 @@ rule compare_techniques:
             subcategory="all models",
             labels={"result": "per-prompt decode speed", "file": "CSV"},
         ),
+        answers=report(
+            "results/tables/techniques_answers.csv",
+            caption="../report/techniques_answers.rst",
+            category="Techniques compared",
+            subcategory="all models",
+            labels={"result": "question-set answers: length and speed", "file": "CSV"},
+        ),
     log:
         "logs/tables/techniques.log",
     benchmark:
@@ -144,6 +151,7 @@ rule plot_techniques:
     input:
         table=rules.compare_techniques.output.csv,
         per_prompt=rules.compare_techniques.output.per_prompt,
+        answers=rules.compare_techniques.output.answers,
     output:
         speedup=report(
             "results/plots/techniques_speedup.png",

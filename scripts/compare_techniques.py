@@ -16,4 +16,5 @@ write_comparison(
     diffusion_paths=snakemake.input.diffusion,
     diffusion_quality_paths=snakemake.input.diffusion_quality,
     check_paths=snakemake.input.checks,
+    answers_path=snakemake.output.answers,
 )

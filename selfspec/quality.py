@@ -56,14 +56,22 @@ def answer_questions(tokenizer, question_path, make_stream: Callable[[mx.array],
     """Every question of the set answered by `make_stream` (greedy), as text and token ids."""
     qs = load_questions(question_path)
     eos = eos_ids(tokenizer)
-    texts, tokens = {}, {}
+    texts, tokens, stats = {}, {}, {}
     for q in qs["questions"]:
         ids = encode_prompt(tokenizer, q["question"], qs["format"], qs["chat_template_kwargs"])
         out = timed_generation(lambda: make_stream(mx.array(ids, mx.uint32)), len(ids), eos)
         tokens[q["id"]] = out.tokens
         texts[q["id"]] = tokenizer.decode([t for t in out.tokens if t not in eos])
+        # One run per answer, not paired: an indicative speed by answer length.
+        stats[q["id"]] = {
+            "answer_tokens": len(out.tokens),
+            "passes": out.full_passes,
+            "seconds": out.prompt_seconds + out.decode_seconds,
+            "e2e_tps": out.e2e_tps,
+            "decode_tps": out.decode_tps,
+        }
         print(f"{q['id']}: {texts[q['id']]!r}", file=sys.stderr, flush=True)
-    return {"questions": qs["questions"], "answers": texts, "tokens": tokens}
+    return {"questions": qs["questions"], "answers": texts, "tokens": tokens, "stats": stats}
 
 
 def quality_result(cfg: Dict, answered: Dict, question_path, decoding: str) -> Dict:
@@ -73,6 +81,7 @@ def quality_result(cfg: Dict, answered: Dict, question_path, decoding: str) -> D
         **score_answers(answered["answers"], answered["questions"]),
         "answers": answered["answers"],
         "answer_tokens": answered["tokens"],
+        "per_question": answered["stats"],
         "n_questions": len(answered["questions"]),
         "decoding": decoding,
         "environment": environment(cfg),
@@ -140,6 +149,7 @@ def check_rows(
                 "first_divergence": diverged,
                 **score_answers(answered["answers"], answered["questions"]),
                 "answers": answered["answers"],
+                "per_question": answered["stats"],
             }
         )
     cfg = {"model": model_name, "question_set": Path(question_path).stem, "max_tokens": max_tokens}

@@ -112,6 +112,11 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
     rows = per_prompt[per_prompt.technique == "diffusion"]
     assert len(rows) == 4 and (rows.answer_tokens > 0).all() and (rows.tokens_per_pass > 0).all()
     assert (d / "results/plots/techniques_spread.png").stat().st_size > 0
+    # Speed by answer length, from the question-set runs of every scored row.
+    answers = pd.read_csv(d / "results/tables/techniques_answers.csv")
+    assert set(answers.technique) == set(df.technique) and (answers.target == "tiny").all()
+    assert (answers.groupby("technique").size() == 21).all() and (answers.answer_tokens > 0).all()
+    assert (answers.e2e_tps > 0).all() and (d / "results/plots/techniques_by_length.png").stat().st_size > 0
 
 
 def test_new_threshold_adds_one_cell_and_its_quality(run):

@@ -355,27 +355,20 @@ def techniques_spread(per_prompt: pd.DataFrame, out) -> None:
     _write(g.figure, out, bbox_inches=None)
 
 
-def techniques_by_length(per_prompt: pd.DataFrame, out) -> None:
-    """Decode tok/s against answer length, per technique: a diffusion model denoises whole
-    blocks, so a short answer pays for a long one (the seeds saw LLaDA2.0-mini at 0.6 tok/s on
-    a two-word answer and 17.6 on a long one)."""
+def techniques_by_length(answers: pd.DataFrame, out) -> None:
+    """End-to-end tok/s of each question-set answer against its length, per technique: a
+    diffusion model denoises whole blocks, so a short answer pays for a long one (the seeds saw
+    LLaDA2.0-mini at 0.6 tok/s on a two-word answer and 17.6 on a long one)."""
     sns.set_theme(style="ticks")
-    n = per_prompt.target.nunique()
-    g = sns.relplot(
-        data=per_prompt,
-        kind="scatter",
-        x="answer_tokens",
-        y="decode_tps",
-        hue="technique",
-        style="technique",
-        col="target",
-        height=4,
-        aspect=1.3,
-        facet_kws={"sharex": False, "sharey": False},
-        s=40,
-    )
-    g.set_axis_labels("answer length (tokens)", "decode tok/s (each prompt and repeat)")
-    g.figure.suptitle("Decode speed by answer length", y=1.0)
-    g.figure.set_size_inches(6.0 * n + 2.4, 4.4)
-    g.figure.tight_layout()
-    _write(g.figure, out, bbox_inches=None)
+    n = max(1, answers.target.nunique())
+    fig, axes = plt.subplots(1, n, figsize=(6.0 * n + 3.2, 4.4), squeeze=False)
+    for ax, (t, g) in zip(axes[0], answers.groupby("target")):
+        sns.scatterplot(data=g, x="answer_tokens", y="e2e_tps", hue="technique", style="technique", s=40, ax=ax)
+        ax.set(
+            xlabel="answer length (tokens)",
+            ylabel="tok/s, prompt included (one run per answer)",
+            title=f"target: {t}",
+        )
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.suptitle("Speed by answer length, on the question set", fontsize=11)
+    _save(fig, out)

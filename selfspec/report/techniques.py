@@ -204,6 +204,37 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def answers_frame(quality: Dict[str, Dict], checks: Dict[str, Dict], diffusion_quality: List[Dict]) -> pd.DataFrame:
+    """Long form: one row per question-set answer of every scored row (plain, the checked
+    lossless rows, each diffusion setting) with its length and its speed (one run each)."""
+    out = []
+
+    def add(target, technique, config, per_question):
+        for qid, st in (per_question or {}).items():
+            out.append({"target": target, "technique": technique, "config": config, "question_id": qid, **st})
+
+    for model, q in quality.items():
+        add(model, "plain", "mlx-lm generate_step", q.get("per_question"))
+        for r in checks.get(model, {}).get("rows", []):
+            add(model, r["technique"], r["config"], r.get("per_question"))
+    for q in diffusion_quality:
+        add(q["model"], "diffusion", diffusion_label(q), q.get("per_question"))
+    return pd.DataFrame(
+        out,
+        columns=[
+            "target",
+            "technique",
+            "config",
+            "question_id",
+            "answer_tokens",
+            "passes",
+            "seconds",
+            "e2e_tps",
+            "decode_tps",
+        ],
+    )
+
+
 def write_comparison(
     selfspec_paths,
     specdec_paths,
@@ -216,6 +247,7 @@ def write_comparison(
     diffusion_paths=(),
     diffusion_quality_paths=(),
     check_paths=(),
+    answers_path=None,
 ) -> pd.DataFrame:
     from ..core.atomic import atomic_path, write_text
     from .tables import load_cells
@@ -223,16 +255,26 @@ def write_comparison(
     quality = {q["model"]: q for q in load_cells(quality_paths)}
     noise = {c["model"]: c for c in load_cells(noise_paths)}
     checks = {c["model"]: c for c in load_cells(check_paths)}
+    diffusion_cells, diffusion_q = load_cells(diffusion_paths), load_cells(diffusion_quality_paths)
     rows = compare(
         load_cells(selfspec_paths),
         load_cells(specdec_paths),
         quality,
         seeds,
         noise,
-        load_cells(diffusion_paths),
-        load_cells(diffusion_quality_paths),
+        diffusion_cells,
+        diffusion_q,
         checks,
     )
+    if answers_path is not None:
+        # A diffusion model's answers belong to the target(s) it was compared with.
+        targets = {c["model"]: c["baseline_model"] for c in diffusion_cells}
+        frame = answers_frame(quality, checks, diffusion_q)
+        frame["target"] = [
+            targets.get(t, t) if tech == "diffusion" else t for t, tech in zip(frame.target, frame.technique)
+        ]
+        with atomic_path(answers_path) as tmp:
+            frame.to_csv(tmp, index=False)
     df = pd.DataFrame([{k: r[k] for k in COLUMNS} for r in rows], columns=COLUMNS)
     with atomic_path(csv_path) as tmp:
         df.to_csv(tmp, index=False)
