@@ -439,11 +439,12 @@ def adapted_models(tmp_path_factory):
     return base, adapted.load(zero, base)[0], adapted.load(rand, base)[0]
 
 
+@pytest.mark.parametrize("pad", [True, False])
 @pytest.mark.parametrize("prompt_len", [5, 8, 13])
-def test_adapted_cached_uncached_and_fused_sampling_identical(adapted_models, prompt_len):
+def test_adapted_cached_uncached_and_fused_sampling_identical(adapted_models, prompt_len, pad):
     _, _, model = adapted_models
     prompt = PROMPT[:prompt_len]
-    kw = {"gen_length": 21, "block_length": 8, "steps": 8, "eos_id": -1}
+    kw = {"gen_length": 21, "block_length": 8, "steps": 8, "eos_id": -1, "pad_last_block": pad}
     ref = list(diffusion_generate_step(model, prompt, use_cache=False, **kw))
     ref_toks = [t for s in ref for t in s.tokens]
     assert len(ref_toks) == 21
@@ -495,3 +496,17 @@ def test_adapter_round_trip_and_clear_errors(adapted_models, tmp_path):
         adapted.load(out, other)
     with pytest.raises(ValueError, match="not a diffusion model"):
         load_diffusion(base_dir)
+
+
+def test_unpadded_last_block_spends_no_pass_past_the_answer(model):
+    """Without padding the sequence ends with the answer: no pass commits a position past it,
+    cached and uncached sampling agree, and it takes no more passes than the padded one."""
+    kw = {"gen_length": 17, "block_length": B, "steps": B, "eos_id": -1, "stop_when_done": False}
+    padded = list(diffusion_generate_step(model, PROMPT[:5], **kw))
+    trimmed = list(diffusion_generate_step(model, PROMPT[:5], pad_last_block=False, **kw))
+    ref = list(diffusion_generate_step(model, PROMPT[:5], pad_last_block=False, use_cache=False, **kw))
+    toks = [t for st in trimmed for t in st.tokens]
+    assert toks == [t for st in ref for t in st.tokens] and len(toks) == 17
+    assert all(p < 17 for st in trimmed for p in st.positions)
+    assert any(p >= 17 for st in padded for p in st.positions)
+    assert trimmed[-1].denoise_passes < padded[-1].denoise_passes

@@ -131,6 +131,7 @@ def diffusion_generate_step(
     fuse_commit: bool = True,
     prefill_step_size: int = 2048,
     stop_when_done: bool = True,
+    pad_last_block: bool = True,
 ) -> DiffusionStream:
     """Denoise `gen_length` masked tokens after `prompt`, block by block; one yield per forward.
 
@@ -147,6 +148,10 @@ def diffusion_generate_step(
           a pass of its own.
         stop_when_done: stop once every answer token is final (gen_length tokens, or up to an
           EOS). The reference denoises the rest of the last block too; its answer is the same.
+        pad_last_block: the reference pads the sequence with masks to a whole number of
+          blocks and denoises them all, though it returns only gen_length tokens. False ends
+          the sequence at prompt + gen_length (the last block is shorter), so no pass is spent
+          on positions that are thrown away; the answer may then differ from the reference's.
     The first step is always a "prefill" (with no forward when no whole block is prompt).
     """
     args = getattr(model, "args", None)
@@ -163,7 +168,8 @@ def diffusion_generate_step(
     steps = min(steps, gen_length)  # the reference's gen_length // minimal_topk, minimal_topk = 1
     schedule = transfer_schedule(B, steps)
     num_blocks = -(-(P + gen_length) // B)
-    x = np.full(num_blocks * B, mask_id, dtype=np.int64)
+    total = num_blocks * B if pad_last_block else P + gen_length
+    x = np.full(total, mask_id, dtype=np.int64)
     x[:P] = prompt
     first = P // B  # blocks before this one are all prompt
     denoise = calls = 0
@@ -188,18 +194,19 @@ def diffusion_generate_step(
         return prefix_causal_mask(n, offset + n, offset) if causal_prefix else block_causal_mask(n, B, offset)
 
     def block_mask(n: int, offset: int, s: int):
-        # Positions offset..s+B-1, the last B being the block worked on.
+        # Positions offset..e-1, the last e - s being the block worked on.
         if causal_prefix:
             return prefix_causal_mask(n, s, offset)
         return None if offset == s else block_causal_mask(n, B, offset)
 
-    def block_logits(out: mx.array, s: int) -> mx.array:
-        # The B rows that predict the block's positions (out's last row is position e - 1).
+    def block_logits(out: mx.array, s: int, e: int) -> mx.array:
+        # The e - s rows that predict the block's positions (out's last row is position e - 1).
+        n = e - s
         if not shift:
-            return out[-B:]
+            return out[-n:]
         if s == 0:  # position 0 is the prompt's, never masked: any row will do
-            return mx.concatenate([out[:1], out[: B - 1]])
-        return out[-B - 1 : -1]
+            return mx.concatenate([out[:1], out[: n - 1]])
+        return out[-n - 1 : -1]
 
     cache = make_prompt_cache(model) if use_cache else None
     cached = 0  # positions whose K/V the cache holds
@@ -215,7 +222,7 @@ def diffusion_generate_step(
     yield DiffusionStep("prefill", first - 1, [], [], denoise, calls)
 
     for b in range(first, num_blocks):
-        s, e = b * B, (b + 1) * B
+        s, e = b * B, min((b + 1) * B, total)
         keep = s - shift if s > 0 else 0
         for step in range(steps):
             active = x[s:e] == mask_id
@@ -231,7 +238,7 @@ def diffusion_generate_step(
             else:
                 full = prefix_causal_mask(e, s) if causal_prefix else block_causal_mask(e, B)
                 out = run(x[:e], None, full)[0]
-            tok, prob = sample_tokens(block_logits(out, s), temperature, exclude=mask_id)
+            tok, prob = sample_tokens(block_logits(out, s, e), temperature, exclude=mask_id)
             tok, prob = np.array(tok), np.array(prob)  # the pass's one host sync
             denoise += 1
             calls += 1
