@@ -107,7 +107,7 @@ def render(caption: Path, config: dict, workdir: Path) -> str:
     summary.write_text("# Self-speculative decoding sweep\n")
     snake = SimpleNamespace(
         config=config,
-        wildcards=SimpleNamespace(model="some-model", question_set="general_21"),
+        wildcards=SimpleNamespace(model="some-model", question_set="general_21", block="32", threshold="0.9"),
         output=SimpleNamespace(summary=str(summary)),
     )
     text = Environment(trim_blocks=True, lstrip_blocks=True).from_string(caption.read_text()).render(snakemake=snake)
