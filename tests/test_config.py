@@ -90,6 +90,10 @@ CASES = {
         lambda c: c.update(diffusion={"pairs": [{"model": "tiny", "baseline": "tiny"}], "thresholds": [1.5]}),
         ["thresholds", "1.5"],
     ),
+    "diffusion_threshold_not_a_short_decimal": (
+        lambda c: c.update(diffusion={"pairs": [{"model": "tiny", "baseline": "tiny"}], "thresholds": [1e-05]}),
+        ["diffusion.thresholds", "1e-05"],
+    ),
     "diffusion_model_scored_as_plain": (
         lambda c: (
             c["models"].update(other=dict(c["models"]["tiny"])),

@@ -152,10 +152,20 @@ def check_diffusion(config: Dict, basedir: str = ".") -> None:
     d = config.get("diffusion")
     if not d:
         return
+    for t in d.get("thresholds", []):
+        # Thresholds become path components (block32_thr0.9): they must read back exactly.
+        path = format_skip(t)
+        if not re.fullmatch(r"[01](\.\d+)?", path) or float(path) != float(t):
+            raise ConfigError(f"diffusion.thresholds: {t} has no exact short decimal form (use e.g. 0.9 or 0.95)")
     for i, pair in enumerate(d["pairs"]):
         for role in ("model", "baseline"):
             if pair[role] not in models:
                 raise ConfigError(f"diffusion.pairs[{i}].{role}: '{pair[role]}' is not a configured model")
+        local = source_dir(models[pair["model"]]["source"], basedir)
+        if local is not None and (local / "diffusion.json").is_file() and not models[pair["model"]].get("base"):
+            raise ConfigError(
+                f"models.{pair['model']}: {local} is a diffusion adapter; name the model it goes on with 'base:'"
+            )
         if pair["baseline"] in diffusion_models(config):
             raise ConfigError(
                 f"diffusion.pairs[{i}].baseline: '{pair['baseline']}' is a diffusion model, not autoregressive"

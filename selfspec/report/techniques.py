@@ -267,12 +267,16 @@ def write_comparison(
         checks,
     )
     if answers_path is not None:
-        # A diffusion model's answers belong to the target(s) it was compared with.
-        targets = {c["model"]: c["baseline_model"] for c in diffusion_cells}
+        # A diffusion model's answers belong to every target it was compared with.
+        targets: Dict[str, set] = {}
+        for c in diffusion_cells:
+            targets.setdefault(c["model"], set()).add(c["baseline_model"])
         frame = answers_frame(quality, checks, diffusion_q)
-        frame["target"] = [
-            targets.get(t, t) if tech == "diffusion" else t for t, tech in zip(frame.target, frame.technique)
+        diffusion = frame.technique == "diffusion"
+        parts = [frame[~diffusion]] + [
+            frame[diffusion & (frame.target == m)].assign(target=b) for m, bs in targets.items() for b in sorted(bs)
         ]
+        frame = pd.concat(parts, ignore_index=True)
         with atomic_path(answers_path) as tmp:
             frame.to_csv(tmp, index=False)
     df = pd.DataFrame([{k: r[k] for k in COLUMNS} for r in rows], columns=COLUMNS)
