@@ -163,8 +163,9 @@ def cell_path(model, strategy, engine, skip, draft):
     )
 
 
-def get_cells(wildcards=None):
-    return [cell_path(m, st, e, sk, d) for st in STRATEGIES for m, e, sk, d in grid_cells(st)]
+def get_cells(wildcards=None, model=None):
+    """Every self-speculation cell, or one model's."""
+    return [cell_path(m, st, e, sk, d) for st in STRATEGIES for m, e, sk, d in grid_cells(st) if model in (None, m)]
 
 
 # Models with a latency profile: those that run knapsack/auto/search, and any profile.models.
@@ -231,12 +232,14 @@ def get_question_set(wildcards):
     return str(Path(workflow.basedir) / "config" / "questions" / f"{wildcards.question_set}.yaml")
 
 
-def get_specdec_cells(wildcards=None):
+def get_specdec_cells(wildcards=None, target=None):
+    """Every two-model cell, or one target's."""
     if not SPECDEC:
         return []
     return [
         output_path(rules.specdec_cell.output[0], model=p["target"], draft_model=p["draft"], draft=k)
         for p in SPECDEC["pairs"]
+        if target in (None, p["target"])
         for k in SPECDEC["draft_lengths"]
     ]
 
@@ -326,12 +329,8 @@ def get_check_inputs(wildcards):
     pairs = [p for p in (SPECDEC or {}).get("pairs", []) if p["target"] == m]
     return {
         "plain": output_path(rules.quality_score.output[0], model=m, question_set=wildcards.question_set),
-        "selfspec": [cell_path(mm, st, e, sk, d) for st in STRATEGIES for mm, e, sk, d in grid_cells(st) if mm == m],
-        "specdec": [
-            output_path(rules.specdec_cell.output[0], model=m, draft_model=p["draft"], draft=k)
-            for p in pairs
-            for k in SPECDEC["draft_lengths"]
-        ],
+        "selfspec": get_cells(model=m),
+        "specdec": get_specdec_cells(target=m),
         **{f"draft_{p['draft']}": output_path(rules.quantize_model.output[0], model=p["draft"]) for p in pairs},
     }
 

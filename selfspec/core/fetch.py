@@ -183,16 +183,21 @@ def prepare(
     return info
 
 
+def _link_files(src: Path, out: Path) -> None:
+    """`out` (new) holds a link to every file of `src`: a model used as it is, not copied."""
+    out.mkdir(parents=True)
+    for f in sorted(src.iterdir()):
+        if f.is_file():
+            os.symlink(f.resolve(), out / f.name)
+
+
 def _prepare_adapter(name, src_path: Path, out_dir: Path, log) -> Dict:
     """A diffusion adapter (selfspec/diffusion/adapted.py) is linked as it is: it goes on its
     base model's prepared weights when loaded."""
     for f in ("adapters.safetensors", "diffusion.safetensors"):
         check_safetensors(src_path / f)
     with atomic_dir(out_dir) as build:
-        build.mkdir(parents=True, exist_ok=True)
-        for f in sorted(src_path.iterdir()):
-            if f.is_file():
-                os.symlink(f.resolve(), build / f.name)
+        _link_files(src_path, build)
     log(f"model '{name}': diffusion adapter {src_path} linked")
     return {"model": name, "action": "linked adapter", "quantization": None}
 
@@ -243,10 +248,7 @@ def _prepare_gguf(name, src_path: Path, want, out_dir: Path, dtype, log) -> Dict
 def _prepare_dir(name, src_path: Path, want, out_dir: Path, dtype, copy: bool = False) -> Dict:
     have = source_quantization(src_path)
     if dtype is None and (want is None or have == want) and not copy:
-        out_dir.mkdir(parents=True)
-        for f in sorted(src_path.iterdir()):
-            if f.is_file():
-                os.symlink(f.resolve(), out_dir / f.name)
+        _link_files(src_path, out_dir)
         return {"model": name, "action": "linked", "quantization": have}
     if want is not None and have is not None and have != want:
         raise FetchError(

@@ -82,6 +82,13 @@ def load(path: str) -> Tuple[nn.Module, Any]:
     return loaded
 
 
+def weight_gb(model: nn.Module) -> float:
+    """The size of a model's weights (quantized weights at their stored size), in GB."""
+    from mlx.utils import tree_flatten
+
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters())) / 1e9
+
+
 def read_num_layers(path) -> Optional[int]:
     """The layer count from a model directory's config.json, or None if not readable yet."""
     cfg = Path(path) / "config.json"

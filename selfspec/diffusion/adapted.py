@@ -118,14 +118,21 @@ def attach_lora(base: nn.Module, config: dict) -> None:
     linear_to_lora_layers(base, config["num_layers"], config["lora_parameters"])
 
 
-def save(model: AdaptedDiffusionLM, out: Path, config: dict, dtype=mx.float16) -> None:
-    """Write the adapter (LoRA weights in mlx-lm's layout) and the mask embedding."""
+def adapter_weights(model: AdaptedDiffusionLM) -> dict:
+    """What the adapter adds to its base: the LoRA weights (mlx-lm's names) and the mask embedding."""
     from mlx.utils import tree_flatten
 
+    lora = {k: v for k, v in tree_flatten(model.base.parameters()) if ".lora_" in k}
+    return {**lora, "mask_embedding": model.mask_embedding}
+
+
+def save(model: AdaptedDiffusionLM, out: Path, config: dict, dtype=mx.float16) -> None:
+    """Write the adapter (LoRA weights in mlx-lm's layout) and the mask embedding."""
     out.mkdir(parents=True, exist_ok=True)
-    lora = {k: v.astype(dtype) for k, v in tree_flatten(model.base.parameters()) if ".lora_" in k}
-    mx.save_safetensors(str(out / "adapters.safetensors"), lora)
-    mx.save_safetensors(str(out / DIFFUSION_WEIGHTS), {"mask_embedding": model.mask_embedding.astype(dtype)})
+    weights = {k: v.astype(dtype) for k, v in adapter_weights(model).items()}
+    emb = weights.pop("mask_embedding")
+    mx.save_safetensors(str(out / "adapters.safetensors"), weights)
+    mx.save_safetensors(str(out / DIFFUSION_WEIGHTS), {"mask_embedding": emb})
     (out / "adapter_config.json").write_text(json.dumps(config, indent=1) + "\n")
     (out / DIFFUSION_CONFIG).write_text(json.dumps(asdict(model.args), indent=1) + "\n")
 

@@ -9,11 +9,12 @@ question set (`diffusion_quality`).
 """
 
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Dict, Optional
 
-from ..core.models import load
+from ..core.models import load, weight_gb
 from ..core.prompts import encoded_prompts, eos_ids
 from ..measure.protocol import paired_runs
 from ..measure.reference import _log, measured_result, reference_tokens
@@ -55,19 +56,6 @@ def sampler_settings(block_length: int, threshold: float, steps: Optional[int], 
         "eos_early_stop": True,
         "pad_last_block": False,
     }
-
-
-def weight_gb(model) -> float:
-    from mlx.utils import tree_flatten
-
-    return sum(v.nbytes for _, v in tree_flatten(model.parameters())) / 1e9
-
-
-def adapter_gb(model) -> float:
-    from mlx.utils import tree_flatten
-
-    own = [v for k, v in tree_flatten(model.parameters()) if ".lora_" in k or k == "mask_embedding"]
-    return sum(v.nbytes for v in own) / 1e9
 
 
 def diffusion_cell(
@@ -134,7 +122,7 @@ def diffusion_cell(
         "weight_gb": weight_gb(model),
         # The memory diffusion adds over its baseline: an adapter over the baseline's own
         # weights adds only itself; another model adds all of its weights.
-        "extra_weight_gb": adapter_gb(model)
+        "extra_weight_gb": sum(v.nbytes for v in adapted.adapter_weights(model).values()) / 1e9
         if base_path is not None and Path(base_path).resolve() == Path(baseline_path).resolve()
         else weight_gb(model),
         "sampler": settings,
@@ -150,7 +138,7 @@ def diffusion_cell(
     for p in result["per_prompt"]:
         runs = p["runs"]
         p["answer_tokens"] = runs[0]["candidate"]["new_tokens"]
-        p["candidate_decode_tps"] = sorted(r["candidate"]["decode_tps"] for r in runs)[len(runs) // 2]
+        p["candidate_decode_tps"] = statistics.median(r["candidate"]["decode_tps"] for r in runs)
         p["tokens_per_pass"] = runs[0]["candidate"]["new_tokens"] / max(runs[0]["candidate"]["full_passes"], 1)
     return result
 

@@ -5,17 +5,11 @@ import time
 from pathlib import Path
 from typing import Dict
 
-from ..core.models import load
+from ..core.models import load, weight_gb
 from ..core.prompts import encoded_prompts, eos_ids
 from ..measure.protocol import paired_runs
 from ..measure.reference import _log, measured_result, reference_tokens
 from ..measure.streams import mlx_lm_selfspec_stream, plain_stream
-
-
-def weight_gb(model) -> float:
-    from mlx.utils import tree_flatten
-
-    return sum(v.nbytes for _, v in tree_flatten(model.parameters())) / 1e9
 
 
 def check_same_vocab(tok_a, tok_b, name_a: str, name_b: str) -> None:
