@@ -20,7 +20,6 @@ results/models/smollm2).
 """
 
 import json
-import math
 import platform
 import time
 from dataclasses import asdict
@@ -143,6 +142,7 @@ def adapt_main(args, preset) -> Dict:
 
     from .distill import load_corpus
     from .distill_train import get_corpus
+    from .train import warmup_cosine
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -190,15 +190,13 @@ def adapt_main(args, preset) -> Dict:
     before = evaluate(model, held_ex, eos)
     log(json.dumps({"step": 0, "heldout": before}))
 
+    steps = args.steps or preset.steps
+
     def lr_at(step):
-        if step < preset.warmup:
-            return preset.lr * (step + 1) / preset.warmup
-        frac = (step - preset.warmup) / max(1, preset.steps - preset.warmup)
-        return preset.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        return warmup_cosine(step, preset.lr, preset.warmup, steps)
 
     opt = optim.AdamW(learning_rate=preset.lr, weight_decay=0.0)
-    step_fn = nn.value_and_grad(model, lambda m, *a: loss_fn(m, *a))
-    steps = args.steps or preset.steps
+    step_fn = nn.value_and_grad(model, loss_fn)
     history, seen_tokens, t0 = [], 0, time.perf_counter()
     queue: List = []
     for step in range(steps):

@@ -27,6 +27,8 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from .train import warmup_cosine
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 
 
@@ -337,10 +339,7 @@ def distill_main(args, preset) -> Dict:
     opt = torch.optim.AdamW(model.parameters(), lr=preset.lr, betas=(0.9, 0.95), weight_decay=0.0)
 
     def lr_at(step):
-        if step < preset.warmup:
-            return preset.lr * (step + 1) / preset.warmup
-        t = (step - preset.warmup) / max(1, steps - preset.warmup)
-        return preset.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+        return warmup_cosine(step, preset.lr, preset.warmup, steps)
 
     order, cursor, epochs = rng.permutation(len(train_exs)), 0, 0
     log_rows, evals = [], [{"step": 0, **init_eval}]

@@ -51,8 +51,33 @@ PRESETS = {
 }
 
 
+@dataclass(kw_only=True)
+class CorpusSettings:
+    """The corpus a preset trains on (training/distill.py): `prompts` prompts, every
+    `long_every`-th answered up to `long_max_tokens` tokens, the others up to `max_tokens`,
+    `heldout` of them kept for the held-out loss. Presets with the same settings share one
+    corpus file."""
+
+    prompts: int = 2000
+    max_tokens: int = 32
+    long_every: int = 5
+    long_max_tokens: int = 144
+    gen_batch: int = 64
+    top_k: int = 8
+    heldout: int = 100
+
+
+def warmup_cosine(step: int, lr: float, warmup: int, steps: int) -> float:
+    """The learning rate at `step`: linear warm-up over `warmup` steps, then a cosine from `lr`
+    down to a tenth of it at `steps`."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    t = (step - warmup) / max(1, steps - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
 @dataclass
-class DistillPreset:
+class DistillPreset(CorpusSettings):
     """A draft distilled from a chat model (see training/distill_train.py).
 
     The draft keeps the teacher's vocabulary, heads and head size; its residual stream is the
@@ -67,15 +92,6 @@ class DistillPreset:
     batch_size: int = 16
     lr: float = 1e-3
     warmup: int = 30
-    # Corpus: `prompts` prompts, every `long_every`-th answered up to `long_max_tokens` tokens,
-    # the others up to `max_tokens`; `heldout` of them kept for the held-out loss.
-    prompts: int = 2000
-    max_tokens: int = 32
-    long_every: int = 5
-    long_max_tokens: int = 144
-    gen_batch: int = 64
-    top_k: int = 8
-    heldout: int = 100
     # Loss: cross-entropy on the teacher's greedy token + soft_weight x cross-entropy on its top-k.
     soft_weight: float = 1.0
     pca_sequences: int = 48
@@ -156,7 +172,7 @@ def encode(fast, texts: List[str]) -> np.ndarray:
 
 
 @dataclass
-class DiffusionPreset:
+class DiffusionPreset(CorpusSettings):
     """A block-diffusion adapter over a chat model (training/diffusion_adapt.py).
 
     The corpus settings are the two-model draft's, so both use one corpus file.
@@ -173,13 +189,6 @@ class DiffusionPreset:
     mask_token: Optional[str] = "<empty_output>"
     eval_every: int = 100
     check_prompts: int = 24
-    prompts: int = 2000
-    max_tokens: int = 32
-    long_every: int = 5
-    long_max_tokens: int = 144
-    gen_batch: int = 64
-    top_k: int = 8
-    heldout: int = 100
 
 
 DIFFUSION_PRESETS = {
@@ -270,10 +279,7 @@ def main(argv=None):
     opt = torch.optim.AdamW(model.parameters(), lr=preset.lr, betas=(0.9, 0.95), weight_decay=0.1)
 
     def lr_at(step):
-        if step < preset.warmup:
-            return preset.lr * (step + 1) / preset.warmup
-        t = (step - preset.warmup) / max(1, steps - preset.warmup)
-        return preset.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+        return warmup_cosine(step, preset.lr, preset.warmup, steps)
 
     gen = torch.Generator().manual_seed(args.seed)
     n, L, B = len(train_ids), preset.seq_len, preset.batch_size
