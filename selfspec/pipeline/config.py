@@ -114,7 +114,8 @@ def grid_models(config: Dict) -> List[str]:
         return list(config["selfspec"]["models"])
     pairs = (config.get("specdec") or {}).get("pairs", [])
     drafts = {p["draft"] for p in pairs} - {p["target"] for p in pairs}
-    return [m for m in config["models"] if m not in drafts and m not in diffusion_models(config)]
+    diffusion = set(diffusion_models(config))
+    return [m for m in config["models"] if m not in drafts and m not in diffusion]
 
 
 ADAPTER_FILES = ("diffusion.json", "adapter_config.json", "adapters.safetensors")
