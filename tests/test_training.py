@@ -1,4 +1,4 @@
-"""The distillation path of training.train, on a tiny random teacher."""
+"""The distillation path of training.train, on a tiny random teacher, and the draft's measurement."""
 
 import filecmp
 import json
@@ -6,9 +6,13 @@ import json
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from tiny_models import write_chat_teacher, write_model_dir
 
-from tiny_models import write_chat_teacher  # noqa: E402
+
+@pytest.fixture
+def torch():
+    """Training needs torch (the `train` extra); the measurement below does not."""
+    return pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +34,7 @@ def test_prompts_are_reproducible_and_exclude_heldout():
     assert not any("photosynthesis" in p["text"].lower() for p in make_prompts(2000, exclude=["Photosynthesis"]))
 
 
-def test_full_width_init_reproduces_teacher(teacher):
+def test_full_width_init_reproduces_teacher(teacher, torch):
     """Every layer at full width: the rotated, norm-folded draft computes the teacher's logits
     (also checks the Q/K un-permutation against mlx-lm's rope_traditional teacher)."""
     import mlx.core as mx
@@ -52,7 +56,7 @@ def test_full_width_init_reproduces_teacher(teacher):
     assert (got - ref).abs().max().item() < 1e-3
 
 
-def test_distill_smoke(teacher, tmp_path):
+def test_distill_smoke(teacher, tmp_path, torch):
     import mlx.core as mx
     from mlx_lm import load
 
@@ -108,3 +112,49 @@ def test_distill_smoke(teacher, tmp_path):
         ]
     )
     assert again["corpus"]["answer_tokens"] == info["corpus"]["answer_tokens"]
+
+
+PROMPTS = """format: chat
+prompts:
+  - id: a
+    text: def add(a, b)
+  - id: b
+    text: for i in range(10)
+"""
+
+
+def check_measurement(m, ks):
+    tokens, prompts = m["plain_tokens"], m["agreement"]["prompts"]
+    assert [s["k"] for s in m["speculative"]] == list(ks)
+    assert tokens >= 2 and m["agreement"]["tokens"] == tokens
+    assert 0.0 <= m["agreement"]["top1"] <= 1.0 and m["cost"]["target_ms"] > 0
+    for s in m["speculative"]:
+        assert s["identical"]  # greedy speculative decoding emits the plain tokens
+        assert 0 <= s["accepted"] <= s["drafted"] and s["acceptance"] == pytest.approx(s["accepted"] / s["drafted"])
+        assert 1.0 <= s["tokens_per_pass"] <= s["k"] + 1
+        # Every target pass emits one token of its own after the drafts it accepted, except a
+        # prompt's last pass when max_tokens cuts that token off.
+        passes = round(tokens / s["tokens_per_pass"])
+        assert tokens - s["accepted"] <= passes <= tokens - s["accepted"] + prompts
+        assert s["drafted"] <= s["k"] * passes
+        assert s["speedup"] > 0 and len(s["speedups"]) == len(m["plain_seconds"])
+
+
+def test_measure_runs_and_its_figures_agree(teacher, tmp_path):
+    """training.distill.measure end to end (mlx-lm's speculative decoding, no torch): against
+    itself the draft is accepted everywhere, so a k-token round yields about k + 1 tokens a
+    pass; a different draft gives figures in range, and greedy decoding is unchanged."""
+    from training.distill import measure
+
+    prompts = tmp_path / "p.yaml"
+    prompts.write_text(PROMPTS)
+    kw = dict(max_tokens=12, ks=(1, 3), repeats=1, cost_rounds=1, log=lambda _: None)
+    same = measure(teacher, teacher, prompts, **kw)
+    check_measurement(same, (1, 3))
+    assert same["agreement"]["top1"] == 1.0
+    for s in same["speculative"]:
+        assert s["acceptance"] == 1.0 and s["tokens_per_pass"] > 1.0
+    other = write_model_dir(tmp_path / "draft", layers=2, seed=7)
+    diff = measure(teacher, other, prompts, **kw)
+    check_measurement(diff, (1, 3))
+    assert diff["plain_tokens"] == same["plain_tokens"]

@@ -893,7 +893,7 @@ def measure(
         secs = [sum(s.prompt_seconds + s.decode_seconds for s in rep) for rep in reps]
         drafted = sum(s.drafted for s in reps[0])
         accepted = sum(s.accepted for s in reps[0])
-        passes = sum(s.verify_steps for s in reps[0])
+        passes = sum(s.full_passes for s in reps[0])
         ntok = sum(len(s.tokens) for s in reps[0])
         speedups = [p / s for p, s in zip(plain_secs, secs)]
         spec.append(
