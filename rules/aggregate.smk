@@ -38,7 +38,7 @@ rule aggregate:
         "../envs/selfspec.yaml"
     params:
         # A param, so that turning it on re-checks cells measured before.
-        require_lossless=config["selfspec"]["require_lossless"],
+        require_lossless=GENERATION["require_lossless"],
     script:
         "../scripts/aggregate.py"
 

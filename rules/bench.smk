@@ -17,15 +17,15 @@ rule engine_bench:
     conda:
         "../envs/selfspec.yaml"
     resources:
-        timing=1,
+        **TIMING,
     params:
         model=BENCH.get("model"),
         skip_fraction=BENCH["skip_fraction"],
         num_draft=BENCH["num_draft"],
         repeats=BENCH["repeats"],
-        max_tokens=BENCH.get("max_tokens", config["selfspec"]["max_tokens"]),
+        max_tokens=BENCH.get("max_tokens", GENERATION["max_tokens"]),
         # Our loop runs as the `ours` cells run it.
-        draft_threshold=config["selfspec"]["draft_threshold"],
+        draft_threshold=LAYERSKIP["draft_threshold"],
     script:
         "../scripts/bench.py"
 

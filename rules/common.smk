@@ -1,20 +1,24 @@
 # Config validation, the grid, and input functions. Validation runs at parse time, so a bad
-# config stops the run before any job starts and nothing under results/ is touched.
+# config stops the run before any job starts and nothing under results/ is touched. Every
+# technique's grid, cell paths and cell params come from its entry in the technique registry
+# (selfspec/techniques.py); nothing here names a technique but layer-skip's own inputs.
 
-import json
 import os
-import platform
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from selfspec.pipeline.config import ConfigError, check_config, format_skip, grid_models, schema_errors, timing_blas
+from selfspec.pipeline.config import ConfigError, check_config, renamed_keys, schema_errors, timing_blas
 from selfspec.core.guards import guard_environment
-from selfspec.layerskip.engines import REGISTRY as ENGINE_REGISTRY
-from selfspec.layerskip.strategies import ADAPTIVE, REGISTRY as STRATEGY_REGISTRY
+from selfspec.layerskip.strategies import REGISTRY as STRATEGY_REGISTRY
+from selfspec.layerskip.technique import adaptive_models
+from selfspec.techniques import REGISTRY as TECHNIQUES, lossless
 
 SCHEMA = Path(workflow.basedir) / "config" / "schemas" / "config.schema.yaml"
+# An earlier config layout is refused with the new key's name, before the schema's message.
+if renamed_keys(config):
+    raise ConfigError("config keys were renamed:\n  " + "\n  ".join(renamed_keys(config)))
 try:
     validate(config, schema=str(SCHEMA))
 except WorkflowError:
@@ -23,42 +27,11 @@ except WorkflowError:
 check_config(config, workflow.basedir)
 
 
-# The grid's models: selfspec.core.models, else all but the two-model drafts.
-GRID_MODELS = grid_models(config)
-STRATEGIES = config["selfspec"]["strategies"]
-
-
-def grid_for(strategy):
-    """(models, engines, skip fractions, draft lengths) of one strategy: the shared grid,
-    with any of them replaced by selfspec.per_strategy.<strategy>."""
-    s = config["selfspec"]
-    own = s.get("per_strategy", {}).get(strategy, {})
-    models = own.get("models", GRID_MODELS)
-    engines = own.get("engines", s.get("engines", ["mlx_lm"]))
-    skips = [format_skip(f) for f in own.get("skip_fractions", s["skip_fractions"])]
-    drafts = [str(k) for k in own.get("draft_lengths", s["draft_lengths"])]
-    return models, engines, skips, drafts
-
-
-def grid_cells(strategy):
-    """(model, engine, skip, draft) of one strategy's cells; selfspec.per_model.<model> narrows
-    a model's strategies and replaces its engines, skip fractions or draft lengths."""
-    models, engines, skips, drafts = grid_for(strategy)
-    out = []
-    for m in models:
-        own = config["selfspec"].get("per_model", {}).get(m, {})
-        if strategy not in own.get("strategies", [strategy]):
-            continue
-        e = own.get("engines", engines)
-        sk = [format_skip(f) for f in own["skip_fractions"]] if "skip_fractions" in own else skips
-        d = [str(k) for k in own["draft_lengths"]] if "draft_lengths" in own else drafts
-        out += [(m, ee, f, k) for ee in e for f in sk for k in d]
-    return out
-
-
-PROMPT_SET = config["selfspec"]["prompt_set"]
+GENERATION = config["generation"]
+PROMPT_SET = GENERATION["prompt_set"]
 # Prompt sets ship with the workflow, so they resolve from it even under --directory.
 PROMPTS_DIR = Path(workflow.basedir) / "config" / "prompts"
+LAYERSKIP = config["layerskip"]
 
 # Timing jobs get a real BLAS on Linux (MKL from the mkl wheel, else OpenBLAS; see README):
 # exported here so every job process inherits it; each result records the BLAS actually loaded.
@@ -72,21 +45,24 @@ if _blas:
         "LD_PRELOAD",
 
 
+# Every timing job: never two at once locally (profiles/default caps `timing` at 1), and a
+# node to itself on SLURM (profiles/slurm), so no other job disturbs its numbers.
+TIMING = {"timing": 1, "slurm_extra": "--exclusive"}
+
+_models = "|".join(sorted(config["models"], key=len, reverse=True))
+
+
 wildcard_constraints:
-    model="|".join(sorted(config["models"], key=len, reverse=True)),
-    strategy="[a-z_]+",
-    engine_tag="(" + "|".join(e.tag for e in ENGINE_REGISTRY.values() if e.tag) + ")?",
-    skip=r"0\.\d+",
+    **{k: v for t in TECHNIQUES.values() for k, v in t.wildcards.items()},
+    model=_models,
+    draft_model=_models,
+    baseline=_models,
     draft=r"\d+",
-    draft_model="|".join(sorted(config["models"], key=len, reverse=True)),
     question_set="[A-Za-z0-9_-]+",
     prompt_set="[A-Za-z0-9_-]+",
-    baseline="|".join(sorted(config["models"], key=len, reverse=True)),
-    block=r"\d+",
-    threshold=r"[01](\.\d+)?",
 
 
-# Guards for every job (selfspec/guards.py): memory_guard and selfspec.require_lossless
+# Guards for every job (selfspec/core/guards.py): memory_guard and generation.require_lossless
 # reach the jobs through the environment, so changing them reruns no finished job.
 os.environ.update(guard_environment(config))
 
@@ -95,6 +71,16 @@ def output_path(pattern, **wildcards):
     """A file another rule makes, from that rule's output (`rules.<name>.output.<item>`) with
     its wildcards filled in: each path is written once, in the rule that makes it."""
     return str.format(pattern, **wildcards)
+
+
+def log_path(output):
+    """results/<path>.json -> logs/<path>.log"""
+    return "logs/" + output.removeprefix("results/").removesuffix(".json") + ".log"
+
+
+def benchmark_path(output):
+    """results/<path>.json -> benchmarks/<path>.tsv"""
+    return "benchmarks/" + output.removeprefix("results/").removesuffix(".json") + ".tsv"
 
 
 def get_model_source(wildcards):
@@ -113,6 +99,10 @@ def get_model_dir(wildcards):
     return output_path(rules.quantize_model.output[0], model=wildcards.model)
 
 
+def model_dir(name):
+    return output_path(rules.quantize_model.output[0], model=name)
+
+
 def get_prompt_set(wildcards):
     return str(PROMPTS_DIR / f"{PROMPT_SET}.yaml")
 
@@ -121,74 +111,46 @@ def get_reference(wildcards):
     return output_path(rules.reference_outputs.output[0], model=wildcards.model, prompt_set=PROMPT_SET)
 
 
-def get_cell_params(wildcards):
-    """Only this cell's settings: adding grid values never changes an existing cell's params."""
-    s = config["selfspec"]
-    return {
-        "strategy": wildcards.strategy,
-        "skip_fraction": float(wildcards.skip),
-        "num_draft": int(wildcards.draft),
-        "engine": engine_of(wildcards.engine_tag),
-        "max_tokens": s["max_tokens"],
-        "repeats": s["repeats"],
-        "warmup": s["warmup"],
-        # Only loops with a dynamic draft length read these.
-        **(
-            {"draft_threshold": s.get("draft_threshold"), "draft_adapt_target": s.get("draft_adapt_target")}
-            if ENGINE_REGISTRY[engine_of(wildcards.engine_tag)].dynamic_draft
-            else {}
-        ),
-        # Only auto cells read it, so only they rerun when it changes.
-        **({"auto_margin": s["auto_margin"]} if wildcards.strategy == "auto" else {}),
-    }
+def cell_params(technique):
+    """A cell's params, from its wildcards and its technique's section only: adding grid
+    values never changes an existing cell's params."""
+    return lambda wildcards: technique.params(wildcards, config)
 
 
-def engine_tag(engine):
-    # The default engine keeps the plain path layout; the others get a suffix.
-    return ENGINE_REGISTRY[engine].tag
+def get_technique_cells(name, target=None):
+    """Every cell of one technique, or one target's."""
+    return TECHNIQUES[name].cell_paths(config, target)
 
 
-def engine_of(tag):
-    return next(name for name, e in ENGINE_REGISTRY.items() if e.tag == tag)
-
-
-def cell_path(model, strategy, engine, skip, draft):
-    return output_path(
-        rules.selfspec_cell.output[0],
-        model=model,
-        strategy=strategy,
-        skip=skip,
-        draft=draft,
-        engine_tag=engine_tag(engine),
-    )
+def get_all_cells(wildcards=None):
+    """Every cell of every technique: the comparison reads them all."""
+    return [p for name in TECHNIQUES for p in get_technique_cells(name)]
 
 
 def get_cells(wildcards=None, model=None):
-    """Every self-speculation cell, or one model's."""
-    return [cell_path(m, st, e, sk, d) for st in STRATEGIES for m, e, sk, d in grid_cells(st) if model in (None, m)]
+    """Every layer-skip cell, or one model's."""
+    return get_technique_cells("layerskip", model)
 
 
 # Models with a latency profile: those that run knapsack/auto/search, and any profile.models.
-PROFILED_MODELS = sorted(
-    {m for st in STRATEGIES if st in ADAPTIVE for m, *_ in grid_cells(st)} | set(config["profile"].get("models", []))
-)
+PROFILED_MODELS = sorted(set(adaptive_models(config)) | set(config["profile"].get("models", [])))
 
 
 def get_bench_model(wildcards):
-    return output_path(rules.quantize_model.output[0], model=config["bench"]["model"])
+    return model_dir(config["bench"]["model"])
 
 
 def get_final_output():
-    """What `snakemake` makes by default: the sweep's tables, summary and plots, and the
-    technique comparison when the config has specdec or quality."""
+    """What `snakemake` makes by default: the layer-skip sweep's tables, summary and plots,
+    and the comparison of every technique when there is more than one or a quality score."""
     out = [*rules.aggregate.output, *rules.plot_selfspec.output]
     out += [output_path(rules.plot_profile.output[0], model=m) for m in PROFILED_MODELS]
-    if any(s in ADAPTIVE for s in STRATEGIES):
+    if adaptive_models(config):
         out += rules.plot_adaptive.output
     return out + get_technique_outputs()
 
 
-CALIBRATION_SET = config["selfspec"].get("calibration_set", PROMPT_SET)
+CALIBRATION_SET = LAYERSKIP.get("calibration_set", PROMPT_SET)
 
 
 def get_profile_path(wildcards):
@@ -205,7 +167,7 @@ def strategy_input_rule(need):
 
 
 def get_cell_inputs(wildcards):
-    """A cell's inputs: the model, prompts and reference, and what its strategy needs."""
+    """A layer-skip cell's inputs: the model, prompts and reference, and what its strategy needs."""
     inputs = {
         "model": get_model_dir(wildcards),
         "prompts": get_prompt_set(wildcards),
@@ -220,66 +182,42 @@ def get_profiles(wildcards=None):
     return [output_path(rules.profile_model.output[0], model=m) for m in PROFILED_MODELS]
 
 
-SPECDEC = config.get("specdec")
 QUALITY = config.get("quality")
 
 
 def get_draft_model_dir(wildcards):
-    return output_path(rules.quantize_model.output[0], model=wildcards.draft_model)
+    return model_dir(wildcards.draft_model)
 
 
 def get_question_set(wildcards):
     return str(Path(workflow.basedir) / "config" / "questions" / f"{wildcards.question_set}.yaml")
 
 
-def get_specdec_cells(wildcards=None, target=None):
-    """Every two-model cell, or one target's."""
-    if not SPECDEC:
-        return []
-    return [
-        output_path(rules.specdec_cell.output[0], model=p["target"], draft_model=p["draft"], draft=k)
-        for p in SPECDEC["pairs"]
-        if target in (None, p["target"])
-        for k in SPECDEC["draft_lengths"]
-    ]
+def lossless_targets():
+    """Models that some lossless technique speeds up: they get plain quality and an A/A run."""
+    return sorted({m for t in lossless() for m in t.targets(config)})
 
 
 def get_quality_files(wildcards=None):
     if not QUALITY:
         return []
-    targets = QUALITY.get("models") or sorted(
-        set(GRID_MODELS) | {p["target"] for p in (SPECDEC or {}).get("pairs", [])}
-    )
+    targets = QUALITY.get("models") or lossless_targets()
     return [output_path(rules.quality_score.output[0], model=m, question_set=QUALITY["question_set"]) for m in targets]
 
 
 def get_noise_files(wildcards=None):
     """Each measured model's A/A run (plain against plain): the noise floor of its speedups."""
-    targets = config["noise"].get("models") or (
-        {m for st in STRATEGIES for m, *_ in grid_cells(st)} | {p["target"] for p in (SPECDEC or {}).get("pairs", [])}
-    )
+    targets = config["noise"].get("models") or lossless_targets()
     return [output_path(rules.noise_floor.output[0], model=m) for m in sorted(targets)]
 
 
 def get_technique_outputs():
-    if not (SPECDEC or QUALITY or config.get("diffusion")):
+    if not (QUALITY or any(t.grid(config) for name, t in TECHNIQUES.items() if name != "layerskip")):
         return []
     return [rules.compare_techniques.output.csv, rules.compare_techniques.output.md, *rules.plot_techniques.output]
 
 
-DIFFUSION = config.get("diffusion")
-
-
-def diffusion_grid():
-    """(model, baseline, block, threshold) of every diffusion cell."""
-    if not DIFFUSION:
-        return []
-    return [
-        (p["model"], p["baseline"], str(b), format_skip(t))
-        for p in DIFFUSION["pairs"]
-        for b in DIFFUSION["block_lengths"]
-        for t in DIFFUSION["thresholds"]
-    ]
+DIFFUSION = TECHNIQUES["diffusion"]
 
 
 def get_diffusion_model_inputs(wildcards):
@@ -287,15 +225,12 @@ def get_diffusion_model_inputs(wildcards):
     inputs = {"model": get_model_dir(wildcards)}
     base = config["models"][wildcards.model].get("base")
     if base:
-        inputs["base"] = output_path(rules.quantize_model.output[0], model=base)
+        inputs["base"] = model_dir(base)
     return inputs
 
 
 def get_diffusion_inputs(wildcards):
-    return {
-        **get_diffusion_model_inputs(wildcards),
-        "baseline": output_path(rules.quantize_model.output[0], model=wildcards.baseline),
-    }
+    return {**get_diffusion_model_inputs(wildcards), "baseline": model_dir(wildcards.baseline)}
 
 
 def get_diffusion_reference(wildcards):
@@ -303,35 +238,29 @@ def get_diffusion_reference(wildcards):
     return output_path(rules.reference_outputs.output[0], model=wildcards.baseline, prompt_set=PROMPT_SET)
 
 
-def get_diffusion_cells(wildcards=None):
-    return [
-        output_path(rules.diffusion_cell.output[0], model=m, baseline=b, block=bl, threshold=t)
-        for m, b, bl, t in diffusion_grid()
-    ]
-
-
 def get_diffusion_quality_files(wildcards=None):
+    """The diffusion models' own quality, one per (model, block length, threshold)."""
     if not QUALITY:
         return []
-    cells = sorted({(m, bl, t) for m, _, bl, t in diffusion_grid()})
+    settings = sorted({(w["model"], w["block"], w["threshold"]) for w in DIFFUSION.grid(config)})
     return [
         output_path(
             rules.diffusion_quality.output[0], model=m, question_set=QUALITY["question_set"], block=bl, threshold=t
         )
-        for m, bl, t in cells
+        for m, bl, t in settings
     ]
 
 
 def get_check_inputs(wildcards):
-    """A question-set check's inputs: plain's answers, the model's cells (the check runs the
-    rows the techniques table picks from them) and its two-model drafts."""
+    """A question-set check's inputs: plain's answers, the model's cells of every lossless
+    technique (the check runs the rows the comparison picks from them) and the other models
+    those rows load (two-model drafts)."""
     m = wildcards.model
-    pairs = [p for p in (SPECDEC or {}).get("pairs", []) if p["target"] == m]
+    extra = sorted({e for t in lossless() for e in t.extra_models(config, m)})
     return {
         "plain": output_path(rules.quality_score.output[0], model=m, question_set=wildcards.question_set),
-        "selfspec": get_cells(model=m),
-        "specdec": get_specdec_cells(target=m),
-        **{f"draft_{p['draft']}": output_path(rules.quantize_model.output[0], model=p["draft"]) for p in pairs},
+        "cells": [p for t in lossless() for p in t.cell_paths(config, m)],
+        **{f"model_{e}": model_dir(e) for e in extra},
     }
 
 
@@ -339,10 +268,9 @@ def get_question_checks(wildcards=None):
     """One check per scored model with lossless rows, unless quality.check_lossless is off."""
     if not QUALITY or not QUALITY["check_lossless"]:
         return []
-    with_rows = set(GRID_MODELS) | {p["target"] for p in (SPECDEC or {}).get("pairs", [])}
     scored = [Path(f).parent.name for f in get_quality_files()]
     return [
         output_path(rules.question_check.output[0], model=m, question_set=QUALITY["question_set"])
         for m in scored
-        if m in with_rows
+        if m in lossless_targets()
     ]

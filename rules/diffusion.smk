@@ -9,20 +9,17 @@ rule diffusion_cell:
         prompts=get_prompt_set,
         reference=get_diffusion_reference,
     output:
-        "results/diffusion/{model}/{baseline}/block{block}_thr{threshold}.json",
+        DIFFUSION.output,
     log:
-        "logs/diffusion/{model}/{baseline}/block{block}_thr{threshold}.log",
+        log_path(DIFFUSION.output),
     benchmark:
-        "benchmarks/diffusion/{model}/{baseline}/block{block}_thr{threshold}.tsv"
+        benchmark_path(DIFFUSION.output)
     conda:
         "../envs/selfspec.yaml"
     resources:
-        timing=1,
+        **TIMING,
     params:
-        steps=config.get("diffusion", {}).get("steps"),
-        max_tokens=config["selfspec"]["max_tokens"],
-        repeats=config["selfspec"]["repeats"],
-        warmup=config["selfspec"]["warmup"],
+        cell=cell_params(DIFFUSION),
     script:
         "../scripts/diffusion_cell.py"
 
@@ -50,7 +47,7 @@ rule diffusion_quality:
     conda:
         "../envs/selfspec.yaml"
     resources:
-        timing=1,
+        **TIMING,
     params:
         steps=config.get("diffusion", {}).get("steps"),
         max_tokens=config.get("quality", {}).get("max_tokens", 32),

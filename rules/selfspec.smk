@@ -17,9 +17,9 @@ rule reference_outputs:
     conda:
         "../envs/selfspec.yaml"
     resources:
-        timing=1,
+        **TIMING,
     params:
-        max_tokens=config["selfspec"]["max_tokens"],
+        max_tokens=GENERATION["max_tokens"],
     script:
         "../scripts/reference_outputs.py"
 
@@ -36,7 +36,7 @@ rule profile_model:
     conda:
         "../envs/selfspec.yaml"
     resources:
-        timing=1,
+        **TIMING,
     params:
         contexts=config["profile"]["contexts"],
         repeats=config["profile"]["repeats"],
@@ -58,9 +58,9 @@ rule calibrate_model:
     conda:
         "../envs/selfspec.yaml"
     resources:
-        timing=1,
+        **TIMING,
     params:
-        new_tokens=config["selfspec"]["calibration_tokens"],
+        new_tokens=LAYERSKIP["calibration_tokens"],
     script:
         "../scripts/calibrate_model.py"
 
@@ -83,10 +83,10 @@ rule search_model:
     conda:
         "../envs/selfspec.yaml"
     resources:
-        timing=1,
+        **TIMING,
     params:
-        max_tokens=config["selfspec"]["calibration_tokens"],
-        threshold=config["selfspec"]["draft_threshold"],
+        max_tokens=LAYERSKIP["calibration_tokens"],
+        threshold=LAYERSKIP["draft_threshold"],
         candidates=SEARCH["candidates"],
         max_draft=SEARCH["max_draft"],
         repeats=SEARCH["repeats"],
@@ -98,17 +98,16 @@ rule selfspec_cell:
     input:
         unpack(get_cell_inputs),
     output:
-        "results/selfspec/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}.json",
+        TECHNIQUES["layerskip"].output,
     log:
-        "logs/selfspec/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}.log",
+        log_path(TECHNIQUES["layerskip"].output),
     benchmark:
-        "benchmarks/selfspec/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}.tsv"
+        benchmark_path(TECHNIQUES["layerskip"].output)
     conda:
         "../envs/selfspec.yaml"
     resources:
-        # Timing jobs never overlap: the profile caps `timing` at 1.
-        timing=1,
+        **TIMING,
     params:
-        cell=get_cell_params,
+        cell=cell_params(TECHNIQUES["layerskip"]),
     script:
         "../scripts/selfspec_cell.py"

@@ -1,5 +1,7 @@
-# The three-technique comparison: two-model speculative decoding cells, quality scores, and
-# the table and figures that put them beside plain decoding and self-speculation.
+# Every technique side by side: the A/A run, the standard cell rules of the registry's
+# techniques, quality scores and the question-set check, and the table and figures that put
+# them beside plain decoding. Layer-skip (rules/selfspec.smk), two-model (below) and diffusion
+# (rules/diffusion.smk) write their own cell rules, since their cells load more than the model.
 
 
 rule noise_floor:
@@ -16,11 +18,11 @@ rule noise_floor:
     conda:
         "../envs/selfspec.yaml"
     resources:
-        timing=1,
+        **TIMING,
     params:
-        max_tokens=config["selfspec"]["max_tokens"],
-        repeats=config["selfspec"]["repeats"],
-        warmup=config["selfspec"]["warmup"],
+        max_tokens=GENERATION["max_tokens"],
+        repeats=GENERATION["repeats"],
+        warmup=GENERATION["warmup"],
     script:
         "../scripts/noise_floor.py"
 
@@ -32,21 +34,47 @@ rule specdec_cell:
         prompts=get_prompt_set,
         reference=get_reference,
     output:
-        "results/specdec/{model}/{draft_model}/draft{draft}.json",
+        TECHNIQUES["twomodel"].output,
     log:
-        "logs/specdec/{model}/{draft_model}/draft{draft}.log",
+        log_path(TECHNIQUES["twomodel"].output),
     benchmark:
-        "benchmarks/specdec/{model}/{draft_model}/draft{draft}.tsv"
+        benchmark_path(TECHNIQUES["twomodel"].output)
     conda:
         "../envs/selfspec.yaml"
     resources:
-        timing=1,
+        **TIMING,
     params:
-        max_tokens=config["selfspec"]["max_tokens"],
-        repeats=config["selfspec"]["repeats"],
-        warmup=config["selfspec"]["warmup"],
+        cell=cell_params(TECHNIQUES["twomodel"]),
     script:
         "../scripts/specdec_cell.py"
+
+
+# A standard cell rule for each technique whose cell needs only the model, the prompts and
+# the reference (its registry entry names the script, the output and the params): prompt
+# lookup is one. The script calls the technique's cell function in selfspec/<technique>/cell.py.
+for _t in [t for t in TECHNIQUES.values() if t.script]:
+
+    rule:
+        name:
+            _t.rule
+        input:
+            model=get_model_dir,
+            prompts=get_prompt_set,
+            reference=get_reference,
+        output:
+            _t.output,
+        log:
+            log_path(_t.output),
+        benchmark:
+            benchmark_path(_t.output)
+        conda:
+            "../envs/selfspec.yaml"
+        resources:
+            **TIMING,
+        params:
+            cell=cell_params(_t),
+        script:
+            f"../scripts/{_t.script}"
 
 
 rule quality_score:
@@ -68,7 +96,7 @@ rule quality_score:
     conda:
         "../envs/selfspec.yaml"
     resources:
-        timing=1,
+        **TIMING,
     params:
         max_tokens=config.get("quality", {}).get("max_tokens", 32),
     script:
@@ -89,22 +117,20 @@ rule question_check:
     conda:
         "../envs/selfspec.yaml"
     resources:
-        timing=1,
+        **TIMING,
     params:
         max_tokens=config.get("quality", {}).get("max_tokens", 32),
-        seeds=config.get("techniques", {}).get("seeds", {}),
+        earlier_study=config.get("comparison", {}).get("earlier_study", {}),
     script:
         "../scripts/question_check.py"
 
 
 rule compare_techniques:
     input:
-        selfspec=get_cells(),
-        specdec=get_specdec_cells(),
+        cells=get_all_cells(),
         quality=get_quality_files(),
         noise=get_noise_files(),
-        diffusion=get_diffusion_cells(),
-        diffusion_quality=get_diffusion_quality_files(),
+        own_quality=get_diffusion_quality_files(),
         checks=get_question_checks(),
     output:
         csv=report(
@@ -142,7 +168,7 @@ rule compare_techniques:
     conda:
         "../envs/selfspec.yaml"
     params:
-        seeds=config.get("techniques", {}).get("seeds", {}),
+        earlier_study=config.get("comparison", {}).get("earlier_study", {}),
     script:
         "../scripts/compare_techniques.py"
 

@@ -4,7 +4,7 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")
 
 from selfspec.diffusion.cell import diffusion_cell
-from selfspec.measure.reference import write_json
+from selfspec.measure.results import write_cell
 
 result = diffusion_cell(
     snakemake.input.model,
@@ -16,9 +16,6 @@ result = diffusion_cell(
     baseline_name=snakemake.wildcards.baseline,
     block_length=int(snakemake.wildcards.block),
     threshold=float(snakemake.wildcards.threshold),
-    steps=snakemake.params.steps,
-    max_tokens=snakemake.params.max_tokens,
-    repeats=snakemake.params.repeats,
-    warmup=snakemake.params.warmup,
+    **snakemake.params.cell,
 )
-write_json(result, snakemake.output[0])
+write_cell(result, snakemake.output[0])

@@ -3,7 +3,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.measure.reference import noise_cell, write_json
+from selfspec.measure.cell import noise_cell
+from selfspec.measure.results import write_cell
 
 result = noise_cell(
     snakemake.input.model,
@@ -14,4 +15,4 @@ result = noise_cell(
     repeats=snakemake.params.repeats,
     warmup=snakemake.params.warmup,
 )
-write_json(result, snakemake.output[0])
+write_cell(result, snakemake.output[0])

@@ -4,7 +4,8 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")
 
 from selfspec.core.fetch import prepare
-from selfspec.diffusion import llada2
+from selfspec.core.technique import resolve
+from selfspec.techniques import converters
 
 src = json.load(open(snakemake.input[0]))
 info = prepare(
@@ -14,7 +15,7 @@ info = prepare(
     snakemake.output[0],
     dtype=snakemake.params.dtype,
     log=lambda msg: print(msg, file=sys.stderr, flush=True),
-    # Architectures mlx-lm cannot convert, by config.json's model_type.
-    converters={llada2.MODEL_TYPE: llada2.prepare},
+    # Architectures mlx-lm cannot convert, by config.json's model_type (a technique's own).
+    converters={model_type: resolve(ref) for model_type, ref in converters().items()},
 )
 print(json.dumps(info), file=sys.stderr)

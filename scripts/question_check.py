@@ -11,11 +11,10 @@ result = check_rows(
     snakemake.input.model,
     snakemake.input.questions,
     json.load(open(snakemake.input.plain)),
-    load_cells(snakemake.input.selfspec),
-    load_cells(snakemake.input.specdec),
-    {k[len("draft_") :]: v for k, v in snakemake.input.items() if k.startswith("draft_")},
+    load_cells(snakemake.input.cells),
+    {k[len("model_") :]: v for k, v in snakemake.input.items() if k.startswith("model_")},
     model_name=snakemake.wildcards.model,
     max_tokens=snakemake.params.max_tokens,
-    seeds=snakemake.params.seeds,
+    earlier_study=snakemake.params.earlier_study,
 )
 write_json(result, snakemake.output[0])

@@ -2,7 +2,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.measure.reference import reference_outputs, write_json
+from selfspec.core.atomic import write_json
+from selfspec.measure.reference import reference_outputs
 
 result = reference_outputs(
     snakemake.input.model,

@@ -4,7 +4,7 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")
 
 from selfspec.layerskip.cell import selfspec_cell
-from selfspec.measure.reference import write_json
+from selfspec.measure.results import write_cell
 
 
 def read(name):
@@ -21,4 +21,4 @@ result = selfspec_cell(
     search=read("search"),
     **snakemake.params.cell,
 )
-write_json(result, snakemake.output[0])
+write_cell(result, snakemake.output[0])

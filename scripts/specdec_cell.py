@@ -3,8 +3,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
+from selfspec.measure.results import write_cell
 from selfspec.twomodel.cell import specdec_cell
-from selfspec.measure.reference import write_json
 
 result = specdec_cell(
     snakemake.input.model,
@@ -13,9 +13,6 @@ result = specdec_cell(
     snakemake.input.prompts,
     model_name=snakemake.wildcards.model,
     draft_name=snakemake.wildcards.draft_model,
-    num_draft=int(snakemake.wildcards.draft),
-    max_tokens=snakemake.params.max_tokens,
-    repeats=snakemake.params.repeats,
-    warmup=snakemake.params.warmup,
+    **snakemake.params.cell,
 )
-write_json(result, snakemake.output[0])
+write_cell(result, snakemake.output[0])

@@ -4,7 +4,7 @@ import pytest
 
 from selfspec.measure.reference import reference_outputs
 from selfspec.twomodel.cell import specdec_cell
-from selfspec.quality import is_correct, load_questions, score_answers
+from selfspec.measure.questions import is_correct, load_questions, score_answers
 from selfspec.report.techniques import compare
 from tiny_models import write_model_dir, write_tokenizer
 
@@ -56,7 +56,10 @@ def test_two_model_cell_is_lossless_and_counts_the_draft_memory(pair):
     cell = specdec_cell(
         target, draft, ref, prompts, model_name="target", draft_name="draft", num_draft=2, max_tokens=16, repeats=1
     )
-    assert cell["lossless"] and cell["technique"] == "specdec"
+    assert cell["lossless"] and cell["technique"] == "twomodel"
+    # The cell contract: what it is, whose plain decoding it is timed against, what drafts.
+    assert cell["target"] == cell["model"] == "target"
+    assert cell["draft_source"] == {"kind": "model", "name": "draft"}
     assert cell["extra_weight_gb"] > 0 and cell["draft_layers"] == 2
     assert cell["drafted_tokens"] > 0 and 0 <= cell["acceptance_rate"] <= 1
 
@@ -73,6 +76,9 @@ def test_tokenizer_mismatch_is_an_error(pair, tmp_path):
 
 def _cell(model, speedup, lossless=True, **kw):
     base = {
+        "technique": "layerskip",
+        "target": model,
+        "draft_source": {"kind": "skip plan", "name": "-"},
         "model": model,
         "speedup": speedup,
         "speedup_ci": [speedup - 0.1, speedup + 0.1],
@@ -95,17 +101,20 @@ def _cell(model, speedup, lossless=True, **kw):
 
 def test_comparison_has_one_row_per_technique_and_configuration():
     selfspec = [_cell("m", 0.8), _cell("m", 1.1, skip_fraction=0.1, num_draft=3)]
+    two = {"technique": "twomodel", "draft_model": "d", "draft_source": {"kind": "model", "name": "d"}}
     spec = [
-        _cell("m", 1.2, draft_model="d", extra_weight_gb=0.5, num_draft=2),
-        _cell("m", 0.9, draft_model="d", extra_weight_gb=0.5, num_draft=4),
+        _cell("m", 1.2, extra_weight_gb=0.5, num_draft=2, **two),
+        _cell("m", 0.9, extra_weight_gb=0.5, num_draft=4, **two),
     ]
     # The plain row is the A/A run: plain against plain, its interval the noise floor.
     aa = _cell("m", 1.01, technique="plain", acceptance_rate=None, tokens_per_pass=1.0)
     rows = compare(
-        selfspec,
-        spec,
+        selfspec + spec,
         {"m": {"score": 0.6}},
-        seeds={"selfspec": {"strategy": "middle", "skip_fraction": 0.2, "num_draft": 2}, "specdec": {"num_draft": 4}},
+        earlier_study={
+            "layerskip": {"strategy": "middle", "skip_fraction": 0.2, "num_draft": 2},
+            "twomodel": {"num_draft": 4},
+        },
         noise={"m": aa},
     )
     techniques = [r["technique"] for r in rows]
@@ -122,7 +131,7 @@ def test_comparison_has_one_row_per_technique_and_configuration():
     assert best["speedup"] == 1.1 and best["quality"] == 0.6
     # Without a question-set check, plain's score is shown and marked as such.
     assert best["quality_basis"] == "plain's (not run on the question set)"
-    assert rows[3]["speedup"] == 1.2 and rows[3]["extra_weight_gb"] == 0.5
+    assert rows[3]["speedup"] == 1.2 and rows[3]["extra_weight_gb"] == 0.5 and rows[3]["draft"] == "d"
     # With one, each row carries its own score: equal tokens, or answers that differ.
     check = {
         "rows": [
@@ -130,11 +139,11 @@ def test_comparison_has_one_row_per_technique_and_configuration():
             {"technique": "two-model (best)", "tokens_equal_plain": False, "score": 0.5, "questions_differing": ["q1"]},
         ]
     }
-    rows = compare(selfspec, spec, {"m": {"score": 0.6}}, noise={"m": aa}, checks={"m": check})
+    rows = compare(selfspec + spec, {"m": {"score": 0.6}}, noise={"m": aa}, checks={"m": check})
     by = {r["technique"]: r for r in rows}
     assert by["self-spec (best)"]["quality_basis"] == "own answers (= plain's tokens)"
     assert by["two-model (best)"]["quality"] == 0.5
     assert by["two-model (best)"]["quality_basis"] == "own answers (differ from plain on 1 questions)"
     # A technique that is not lossless gets no borrowed quality.
-    rows = compare([_cell("m", 1.3, lossless=False)], [], {"m": {"score": 0.6}}, noise={"m": aa})
+    rows = compare([_cell("m", 1.3, lossless=False)], {"m": {"score": 0.6}}, noise={"m": aa})
     assert rows[1]["quality"] != rows[1]["quality"]  # NaN

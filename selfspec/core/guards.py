@@ -2,7 +2,7 @@
 config asks) a cell that is not lossless is refused.
 
 Jobs read their settings from the environment; `rules/common.smk` exports them from the
-config (`memory_guard`, `selfspec.require_lossless`) at parse time, as it does the BLAS
+config (`memory_guard`, `generation.require_lossless`) at parse time, as it does the BLAS
 preload, so changing them never reruns a finished job. They can be set by hand too:
 
   SELFSPEC_MEMORY_HEADROOM   weights × this must fit in available memory (default 1.2)
@@ -103,6 +103,6 @@ def guard_environment(config: Dict) -> Dict[str, str]:
         env[LIMIT_GB] = str(guard["limit_gb"])
     if "allow_oversize" in guard:
         env[ALLOW_OVERSIZE] = "1" if guard["allow_oversize"] else "0"
-    if "require_lossless" in config.get("selfspec", {}):
-        env[REQUIRE_LOSSLESS] = "1" if config["selfspec"]["require_lossless"] else "0"
+    if "require_lossless" in config.get("generation", {}):
+        env[REQUIRE_LOSSLESS] = "1" if config["generation"]["require_lossless"] else "0"
     return env

@@ -8,7 +8,9 @@ parse time; core/fetch.py resolves them.
 
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
+
+from .models import read_num_layers
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 # One GGUF file in a hub repo: org/name/path/to/file.gguf
@@ -61,3 +63,46 @@ def source_error(source: str, basedir: str = ".") -> Optional[str]:
 def converted_dir(name: str) -> Path:
     """Where the fetch rules put a model's MLX weights (relative to the working directory)."""
     return Path("resources/models") / name / "mlx"
+
+
+def known_num_layers(name: str, model_cfg: Dict, basedir: str = ".") -> Optional[int]:
+    """The layer count, when it can be read without downloading anything."""
+    local = source_dir(model_cfg["source"], basedir)
+    if local is not None:
+        return read_num_layers(local)
+    fetched = converted_dir(name)
+    if fetched.is_dir():
+        return read_num_layers(fetched)
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model_cfg["source"], "config.json")
+        if isinstance(cached, str):
+            return read_num_layers(Path(cached).parent)
+    except Exception:
+        pass
+    return None
+
+
+def tokenizer_vocab(name: str, model_cfg: Dict, basedir: str = ".") -> Optional[Dict[str, int]]:
+    """A model's vocabulary from its tokenizer.json, when readable without downloading."""
+    import json
+
+    local = source_dir(model_cfg["source"], basedir)
+    path = local / "tokenizer.json" if local is not None else converted_dir(name) / "tokenizer.json"
+    if not path.is_file():
+        if not HUB_ID.match(model_cfg["source"]):
+            return None
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(model_cfg["source"], "tokenizer.json")
+            path = Path(cached) if isinstance(cached, str) else None
+        except Exception:
+            path = None
+    if path is None or not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    vocab = dict(data.get("model", {}).get("vocab", {}))
+    vocab.update({t["content"]: t["id"] for t in data.get("added_tokens", [])})
+    return vocab

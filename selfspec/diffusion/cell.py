@@ -14,11 +14,8 @@ import time
 from pathlib import Path
 from typing import Dict, Optional
 
-from ..core.models import load, weight_gb
-from ..core.prompts import encoded_prompts, eos_ids
-from ..measure.protocol import paired_runs
-from ..measure.reference import _log, measured_result, reference_tokens
-from ..measure.streams import plain_stream
+from ..core.models import weight_gb
+from ..measure.cell import Candidate, run_cell
 from . import adapted
 from .sampler import diffusion_stream
 
@@ -74,64 +71,47 @@ def diffusion_cell(
     warmup: int,
     base_path=None,
 ) -> Dict:
-    """Block-diffusion generation against plain decoding of `baseline`, back to back."""
+    """Block-diffusion generation against plain decoding of `baseline`, back to back. The
+    cell's target (and `model`) is the baseline; `diffusion_model` names the diffusion model."""
     settings = sampler_settings(block_length, threshold, steps, max_tokens)
-    cfg = {
-        "model": model_name,
-        "baseline_model": baseline_name,
+    is_adapter = adapted.is_adapter(model_path)
+    cell_settings = {
         "technique": "diffusion",
+        "target": baseline_name,
+        "draft_source": {"kind": "adapter" if is_adapter else "model", "name": model_name},
+        "diffusion_model": model_name,
         "block_length": block_length,
         "threshold": threshold,
         "steps": settings["steps"],
+        "engine": "selfspec.diffusion.sampler",
         "max_tokens": max_tokens,
         "repeats": repeats,
-        "prompt_set": Path(prompt_set_path).stem,
-        "engine": "selfspec.diffusion.sampler",
+        "warmup": warmup,
     }
-    started_at, t0 = time.time(), time.perf_counter()
-    baseline, b_tok = load(baseline_path)
-    model, d_tok = load_diffusion(model_path, base_path)
-    prompts = encoded_prompts(b_tok, prompt_set_path)
-    ref = reference_tokens(prompts, reference, max_tokens)
-    same_vocab = b_tok.get_vocab() == d_tok.get_vocab()
-    d_prompts = prompts if same_vocab else encoded_prompts(d_tok, prompt_set_path)
 
-    def plain(prompt):
-        return plain_stream(baseline, prompt, max_tokens)
-
-    def diffusion(prompt):
-        return diffusion_stream(model, prompt, **settings)
-
-    records = paired_runs(
-        prompts,
-        plain,
-        diffusion,
-        eos_ids(b_tok),
-        repeats,
-        warmup,
-        log=_log,
-        candidate_prompts=d_prompts,
-        candidate_eos_ids=eos_ids(d_tok),
-    )
-    extra = {
-        "same_vocabulary": same_vocab,
-        "adapter": adapted.is_adapter(model_path),
-        "base_model": str(base_path) if base_path else None,
-        "n_layers": len(model.layers),
-        "baseline_weight_gb": weight_gb(baseline),
-        "weight_gb": weight_gb(model),
+    def build(baseline, b_tok):
+        model, d_tok = load_diffusion(model_path, base_path)
         # The memory diffusion adds over its baseline: an adapter over the baseline's own
         # weights adds only itself; another model adds all of its weights.
-        "extra_weight_gb": sum(v.nbytes for v in adapted.adapter_weights(model).values()) / 1e9
-        if base_path is not None and Path(base_path).resolve() == Path(baseline_path).resolve()
-        else weight_gb(model),
-        "sampler": settings,
-    }
-    result = measured_result(cfg, extra, records, ref if same_vocab else None, t0, started_at, lossless_expected=False)
+        own_base = base_path is not None and Path(base_path).resolve() == Path(baseline_path).resolve()
+        extra = {
+            "adapter": is_adapter,
+            "base_model": str(base_path) if base_path else None,
+            "diffusion_layers": len(model.layers),
+            "baseline_weight_gb": weight_gb(baseline),
+            "weight_gb": weight_gb(model),
+            "extra_weight_gb": sum(v.nbytes for v in adapted.adapter_weights(model).values()) / 1e9
+            if own_base
+            else weight_gb(model),
+            "sampler": settings,
+        }
+        return Candidate(lambda prompt: diffusion_stream(model, prompt, **settings), extra, tokenizer=d_tok)
+
+    result = run_cell(baseline_path, reference, prompt_set_path, cell_settings, build, lossless_expected=False)
     # Both models stay loaded for the paired runs, but neither side needs the other's weights:
     # each side's peak is reported without them (the raw peaks stay in per_prompt).
-    result["peak_memory_gb"] -= extra["baseline_weight_gb"]
-    result["baseline_peak_memory_gb"] -= extra["weight_gb"]
+    result["peak_memory_gb"] -= result["baseline_weight_gb"]
+    result["baseline_peak_memory_gb"] -= result["weight_gb"]
     result["peak_memory_definition"] = "peak MLX memory of the side's runs, less the other model's weights"
     # Each answer's length beside its speed: diffusion's tok/s depends on it (short answers
     # still pay for denoising a whole block).
@@ -155,7 +135,7 @@ def diffusion_quality(
     base_path=None,
 ) -> Dict:
     """The question set answered by block-diffusion generation, scored as plain models are."""
-    from ..quality import answer_questions, quality_result
+    from ..measure.questions import answer_questions, quality_result
 
     model, tokenizer = load_diffusion(model_path, base_path)
     settings = sampler_settings(block_length, threshold, steps, max_tokens)

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 
-from ..measure.reference import _log
+from ..core.log import log
 from ..core.prompts import encoded_prompts, eos_ids
 from ..core.environment import environment
 from .forward import LayerSkipDraft
@@ -71,32 +71,32 @@ def engine_bench(
     prompts = encoded_prompts(tokenizer, prompt_set_path)
     eos = eos_ids(tokenizer)
 
-    _log("plain: ours vs mlx-lm generate_step")
+    log("plain: ours vs mlx-lm generate_step")
     plain = paired_runs(
         prompts,
         lambda p: plain_stream(model, p, max_tokens),
         lambda p: plain_loop(parts, p, max_tokens),
         eos,
         repeats,
-        log=_log,
+        log=log,
     )
-    _log(f"self-spec: ours (shared cache, threshold {draft_threshold}) vs mlx-lm speculative_generate_step, same draft")
+    log(f"self-spec: ours (shared cache, threshold {draft_threshold}) vs mlx-lm speculative_generate_step, same draft")
     spec = paired_runs(
         prompts,
         lambda p: mlx_lm_selfspec_stream(model, draft, p, max_tokens, num_draft),
         lambda p: selfspec_loop(parts, p, max_tokens, plan, num_draft, draft_threshold),
         eos,
         repeats,
-        log=_log,
+        log=log,
     )
-    _log("self-spec: ours at a fixed draft length vs mlx-lm speculative_generate_step, same draft")
+    log("self-spec: ours at a fixed draft length vs mlx-lm speculative_generate_step, same draft")
     fixed = paired_runs(
         prompts,
         lambda p: mlx_lm_selfspec_stream(model, draft, p, max_tokens, num_draft),
         lambda p: selfspec_loop(parts, p, max_tokens, plan, num_draft),
         eos,
         repeats,
-        log=_log,
+        log=log,
     )
     p, s, f = _compare(plain), _compare(spec), _compare(fixed)
     return {

@@ -4,29 +4,25 @@ Calibration prompts are separate from evaluation prompts, so no cell is tuned on
 text it is scored on.
 """
 
-import sys
 from pathlib import Path
 from typing import Dict, Optional
 
 import mlx.core as mx
 
+from ..core.log import log
 from ..core.prompts import encoded_prompts
 from ..core.environment import environment
 from ..measure.streams import plain_stream, timed_generation
 from .knapsack import choose, draft_cost_needed, frontier
 from ..core.models import load, model_parts
 from .profile import LatencyModel, profile_model
-from .strategies import SkipPlan
-
-
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+from .plan import SkipPlan
 
 
 def run_profile(model_path, model_name: str, **kw) -> Dict:
     model, _ = load(model_path)
     prof = profile_model(model, **kw)
-    _log(
+    log(
         f"profile: attention {prof['attention_seconds']}, mlp {prof['mlp_seconds']}, verify ratio {prof['verify_ratio']}"
     )
     cfg = {"model": model_name, **{k: list(v) if isinstance(v, (list, tuple)) else v for k, v in kw.items()}}
@@ -60,7 +56,7 @@ def run_calibration(
             pt[key] = (
                 max(draft_cost_needed(pt, k, lat, target) for k in range(1, 9)) if pt["skipped_sublayers"] else None
             )
-    _log(
+    log(
         f"calibration: {len(front['points'])} budgets; best predicted {best['predicted_speedup']:.2f}x at k={best['num_draft']}"
     )
     cfg = {"model": model_name, "calibration_set": Path(prompt_set_path).stem, "new_tokens": new_tokens, "bins": bins}

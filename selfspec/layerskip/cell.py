@@ -2,16 +2,12 @@
 (model, strategy, skip fraction, draft length, engine), every token checked against the
 reference."""
 
-import time
-from pathlib import Path
 from typing import Dict, Optional
 
-from ..core.models import load, model_parts
-from ..core.prompts import encoded_prompts, eos_ids
-from ..measure.protocol import paired_runs
-from ..measure.reference import _log, measured_result, reference_tokens
-from ..measure.streams import plain_stream
+from ..core.models import model_parts
+from ..measure.cell import Candidate, run_cell
 from .engines import engine as engine_of
+from .plan import SkipPlan
 from .strategies import REGISTRY as STRATEGY_REGISTRY
 
 
@@ -41,25 +37,6 @@ def selfspec_cell(
     calibration: Optional[Dict] = None,
     search: Optional[Dict] = None,
 ) -> Dict:
-    cfg = {
-        "model": model_name,
-        "strategy": strategy,
-        "skip_fraction": skip_fraction,
-        "num_draft": num_draft,
-        "engine": engine,
-        "max_tokens": max_tokens,
-        "repeats": repeats,
-        "prompt_set": Path(prompt_set_path).stem,
-        "draft_threshold": draft_threshold if engine_of(engine).dynamic_draft else None,
-        "draft_adapt_target": draft_adapt_target if engine_of(engine).dynamic_draft else None,
-        "skip_basis": strategy_of(strategy).skip_basis,
-        "auto_margin": auto_margin if strategy == "auto" else None,
-    }
-    started_at = time.time()
-    t0 = time.perf_counter()
-    model, tokenizer = load(model_path)
-    parts = model_parts(model)
-    n_layers = len(parts.layers)
     loop = engine_of(engine)
     threshold = draft_threshold if loop.dynamic_draft else None
     inputs = {"profile": profile, "calibration": calibration, "search": search}
@@ -69,43 +46,54 @@ def selfspec_cell(
             f"strategy '{strategy}' needs the model's {', '.join(missing)} (rules profile_model, "
             "calibrate_model, search_model)"
         )
-    selection = strategy_of(strategy).select(
-        n_layers, skip_fraction, num_draft, inputs, {"auto_margin": auto_margin, "draft_threshold": threshold}
-    )
-    plan = selection["plan"]
-    draft_len = selection["num_draft"]
-    prompts = encoded_prompts(tokenizer, prompt_set_path)
-    ref = reference_tokens(prompts, reference, max_tokens)
-
-    def plain(prompt):
-        return plain_stream(model, prompt, max_tokens)
-
-    if selection["fallback"]:
-        # auto predicted no gain (or search timed no draft within the limits): decode plainly,
-        # with the engine's own plain loop.
-        candidate = loop.plain(model, max_tokens)
-    else:
-        candidate = loop.candidate(model, plan, max_tokens, draft_len, threshold, draft_adapt_target)
-
-    records = paired_runs(prompts, plain, candidate, eos_ids(tokenizer), repeats, warmup, log=_log)
-    extra = {
-        "n_layers": n_layers,
-        "skipped_layers": plan.skipped_layers,
-        "skipped_sublayers": plan.as_records(),
-        "draft_length_used": draft_len,
-        "predicted_speedup": selection["predicted_speedup"],
-        # search only: the speedup timed on the calibration prompts, where the draft was picked.
-        "calibration_speedup": selection.get("calibration_speedup"),
-        "fallback": selection["fallback"],
+    settings = {
+        "technique": "layerskip",
+        "target": model_name,
+        "draft_source": {"kind": "skip plan", "name": "-"},
+        "strategy": strategy,
+        "skip_fraction": skip_fraction,
+        "num_draft": num_draft,
+        "engine": engine,
+        "max_tokens": max_tokens,
+        "repeats": repeats,
+        "warmup": warmup,
+        "draft_threshold": threshold,
+        "draft_adapt_target": draft_adapt_target if loop.dynamic_draft else None,
+        "skip_basis": strategy_of(strategy).skip_basis,
+        "auto_margin": auto_margin if strategy == "auto" else None,
     }
-    return measured_result(cfg, extra, records, ref, t0, started_at)
+
+    def build(model, tokenizer):
+        n_layers = len(model_parts(model).layers)
+        selection = strategy_of(strategy).select(
+            n_layers, skip_fraction, num_draft, inputs, {"auto_margin": auto_margin, "draft_threshold": threshold}
+        )
+        plan, draft_len = selection["plan"], selection["num_draft"]
+        if selection["fallback"]:
+            # auto predicted no gain (or search timed no draft within the limits): decode
+            # plainly, with the engine's own plain loop.
+            stream = loop.plain(model, max_tokens)
+        else:
+            stream = loop.candidate(model, plan, max_tokens, draft_len, threshold, draft_adapt_target)
+        extra = {
+            "skipped_layers": plan.skipped_layers,
+            "skipped_sublayers": plan.as_records(),
+            "draft_length_used": draft_len,
+            "predicted_speedup": selection["predicted_speedup"],
+            # search only: the speedup timed on the calibration prompts, where the draft was picked.
+            "calibration_speedup": selection.get("calibration_speedup"),
+            "fallback": selection["fallback"],
+            # The draft shares every weight with the model.
+            "extra_weight_gb": 0.0,
+        }
+        return Candidate(stream, extra)
+
+    return run_cell(model_path, reference, prompt_set_path, settings, build)
 
 
-def candidate_from_cell(model, cell: Dict, max_tokens: int):
+def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Optional[Dict] = None):
     """The candidate a finished cell ran (its plan, engine and draft length, or its engine's
     plain loop where it fell back), as `prompt -> TokenStream`, for other prompts."""
-    from .strategies import SkipPlan
-
     loop = engine_of(cell["engine"])
     if cell.get("fallback"):
         return loop.plain(model, max_tokens)

@@ -11,7 +11,7 @@ import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
 
 from ..core.models import ModelParts, model_parts
-from .strategies import SkipPlan
+from .plan import SkipPlan
 
 
 def forward(parts: ModelParts, inputs: mx.array, cache: Optional[List] = None, plan: Optional[SkipPlan] = None):

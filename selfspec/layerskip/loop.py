@@ -13,7 +13,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from .forward import forward
 from ..core.models import ModelParts
-from .strategies import SkipPlan
+from .plan import SkipPlan
 
 
 def _prefill(parts: ModelParts, prompt: mx.array, cache: List, step: int) -> mx.array:

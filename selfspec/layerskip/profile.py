@@ -24,7 +24,7 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 from .forward import forward
 from .latency import LatencyModel, interpolate
 from ..core.models import model_parts
-from .strategies import SkipPlan
+from .plan import SkipPlan
 
 
 def _time(fn, repeats: int, warmup: int = 5) -> float:

@@ -9,11 +9,11 @@ fraction and draft length. Calibration prompts are never the evaluation prompts,
 cell's number is not the one its draft was picked on.
 """
 
-import sys
 from pathlib import Path
 import time
 from typing import Dict, List, Optional
 
+from ..core.log import log
 from ..core.environment import environment
 from ..measure.streams import plain_stream
 from .knapsack import point_speedup
@@ -22,17 +22,13 @@ from ..measure.protocol import paired_runs, summarize
 from ..core.models import load, model_parts
 from .latency import LatencyModel
 from ..core.prompts import encoded_prompts, eos_ids
-from .strategies import SkipPlan
+from .plan import SkipPlan
 
 DRAFT_LENGTHS = (1, 2, 3, 4, 6, 8)
 
 
 def draft_lengths(max_draft: int):
     return [k for k in sorted(set(DRAFT_LENGTHS) | {max_draft}) if k <= max_draft]
-
-
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def ranked_candidates(calibration: Dict, profile: Dict, max_draft: int, threshold: Optional[float]) -> List[Dict]:
@@ -124,7 +120,7 @@ def run_search(
             "identical_to_plain": s.lossless,
         }
         measured.append(row)
-        _log(
+        log(
             f"budget {cand['budget']} k={k}: predicted {row['predicted_speedup']:.2f}x, measured {s.speedup:.2f}x "
             f"[{s.speedup_ci[0]:.2f}, {s.speedup_ci[1]:.2f}], acceptance {row['acceptance_rate']}"
         )

@@ -41,6 +41,7 @@ def _summary(s: GenerationStats) -> Dict:
         "accepted": s.accepted,
         "full_passes": s.full_passes,
         "peak_memory_gb": s.peak_memory_gb,
+        "draft_seconds": s.draft_seconds,
     }
 
 
@@ -148,6 +149,10 @@ class PairedSummary:
     per_prompt: List[Dict] = field(repr=False)
     # Share of the reference's token positions the candidate reproduced (1.0 when lossless).
     token_agreement: Optional[float] = None
+    # The candidate's drafting time over its total time, where the stream measures it.
+    draft_share: Optional[float] = None
+    # Full passes of the candidate by (tokens drafted, drafts accepted), over all timed runs.
+    rounds: List[Dict] = field(default_factory=list)
     acceptance_definition: str = ACCEPTANCE_DEFINITION
     tokens_per_pass_definition: str = TOKENS_PER_PASS_DEFINITION
 
@@ -235,4 +240,23 @@ def summarize(records: List[Dict], reference: Optional[Dict[str, List[int]]]) ->
         pairs=len(records),
         per_prompt=per_prompt,
         token_agreement=None if reference is None else statistics.mean(p["token_agreement"] for p in per_prompt),
+        draft_share=draft_share(cand),
+        rounds=round_counts(cand),
     )
+
+
+def draft_share(runs: List[GenerationStats]) -> Optional[float]:
+    """Drafting seconds over total seconds (prompt and decode) of the runs that measure it."""
+    timed = [r for r in runs if r.draft_seconds is not None]
+    total = sum(r.prompt_seconds + r.decode_seconds for r in timed)
+    return sum(r.draft_seconds for r in timed) / total if timed and total > 0 else None
+
+
+def round_counts(runs: List[GenerationStats]) -> List[Dict]:
+    """How many full passes drafted k tokens and kept m of them, over `runs`: where a
+    technique loses, this says whether it drafted too little, or drafted and was refused."""
+    counts: Dict[Tuple[int, int], int] = {}
+    for r in runs:
+        for k, m in r.rounds:
+            counts[(k, m)] = counts.get((k, m), 0) + 1
+    return [{"drafted": k, "accepted": m, "passes": n} for (k, m), n in sorted(counts.items())]

@@ -6,7 +6,7 @@ the tokens: `mlx_lm` (mlx-lm's `generate_step` / `speculative_generate_step`) or
 """
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Generator, Iterable, List, Optional, Tuple
 
 import mlx.core as mx
@@ -41,6 +41,10 @@ class GenerationStats:
     # Tokens made in decode time: all but the first, which prompt processing makes, unless
     # the stream marked the end of prompt processing itself.
     decode_tokens: Optional[int] = None
+    # Host seconds the stream spent finding drafts, where it measures them (prompt lookup).
+    draft_seconds: Optional[float] = None
+    # (drafted, accepted) of every full pass, in order: what each round proposed and kept.
+    rounds: List[Tuple[int, int]] = field(default_factory=list)
 
     @property
     def decode_count(self) -> int:
@@ -97,25 +101,30 @@ def timed_generation(
     limit: Optional[int] = None,
 ) -> GenerationStats:
     """Run a stream until it ends, emits an EOS token (kept) or has emitted `limit` tokens,
-    timing it."""
+    timing it. A stream object with a `draft_seconds` attribute reports its drafting time."""
     eos = set(eos_ids)
     tokens: List[int] = []
+    rounds: List[List[int]] = []
     drafted = accepted = full_passes = 0
     mx.synchronize()
     mx.reset_peak_memory()
     t0 = time.perf_counter()
     t_first = None
     marked = False
-    for tok, from_draft, round_drafted in make_stream():
+    stream = make_stream()
+    for tok, from_draft, round_drafted in stream:
         if t_first is None:
             t_first = time.perf_counter()
             marked = tok is None and round_drafted is None
         if round_drafted is not None:
             full_passes += 1
             drafted += round_drafted
+            rounds.append([round_drafted, 0])
         if tok is None:
             continue
         accepted += from_draft
+        if from_draft and rounds:
+            rounds[-1][1] += 1
         tokens.append(tok)
         if tok in eos or len(tokens) == limit:
             break
@@ -131,4 +140,6 @@ def timed_generation(
         full_passes=full_passes,
         peak_memory_gb=mx.get_peak_memory() / 1e9,
         decode_tokens=len(tokens) if marked else None,
+        draft_seconds=getattr(stream, "draft_seconds", None),
+        rounds=[tuple(r) for r in rounds],
     )

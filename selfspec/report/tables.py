@@ -297,7 +297,7 @@ def write_sweep(
     bad = df[~df.lossless.astype(bool)]
     if require_lossless and len(bad):
         raise ValueError(
-            f"selfspec.require_lossless is set, but {len(bad)} cell(s) diverged from the reference: "
+            f"generation.require_lossless is set, but {len(bad)} cell(s) diverged from the reference: "
             + "; ".join(f"{cell_label(r)} ({r.divergence})" for r in bad.itertuples())
             + ". Delete those cell files to rerun them, or unset require_lossless to report them."
         )

@@ -1,9 +1,9 @@
 """The side-by-side comparison of ways to read the weights less often per token.
 
 Rows per target model: plain decoding (its A/A run: plain against plain, whose spread is
-the noise floor), self-speculation (best cell and the seeds' configuration), two-model
-speculation (best and the seeds' draft length), and diffusion generation (each cell timed
-against that model). Every row's quality is the score of its own answers on the question
+the noise floor), then every technique of the registry (selfspec/techniques.py), each with
+the rows it chooses: self-speculation and two-model their best cell and the earlier study's
+configuration, prompt lookup its best, diffusion each cell timed against that model. Every row's quality is the score of its own answers on the question
 set: lossless rows are run there too (selfspec.quality.check_rows) and their tokens compared
 with plain's; `quality_basis` says where each score comes from.
 """
@@ -11,6 +11,8 @@ with plain's; `quality_basis` says where each score comes from.
 from typing import Dict, List, Optional
 
 import pandas as pd
+
+from ..techniques import REGISTRY, chosen_rows
 
 COLUMNS = [
     "target",
@@ -54,51 +56,10 @@ def _row(target, technique, config, cell, quality, extra_gb=0.0, draft="-", basi
     }
 
 
-def _selfspec_label(c) -> str:
-    if c.get("fallback"):
-        return f"{c['strategy']}/{c['engine']}: plain fallback"
-    return f"{c['strategy']}/{c['engine']} skip {c['skip_fraction']:g}, k={c.get('draft_length_used', c['num_draft'])}"
-
-
-def chosen_rows(target: str, selfspec_cells: List[Dict], specdec_cells: List[Dict], seeds: Optional[Dict] = None):
-    """The speculative rows of one target, as (technique, config label, cell): self-speculation's
-    best drafting cell and the seeds' configuration, two-model's best and the seeds' draft
-    length. The table shows these, and the question-set check (selfspec.quality) runs these."""
-    seeds = seeds or {}
-    own = [c for c in selfspec_cells if c["model"] == target]
-    spec = [c for c in specdec_cells if c["model"] == target]
-    out = []
-    # A fallback cell decodes plainly: it is not self-speculation, and its ratio is noise.
-    drafting = [c for c in own if not c.get("fallback")]
-    if drafting:
-        best = max(drafting, key=lambda c: c["speedup"])
-        out.append(("self-spec (best)", _selfspec_label(best), best))
-        s = seeds.get("selfspec")
-        if s:
-            match = [
-                c
-                for c in own
-                if c["strategy"] == s.get("strategy")
-                and c.get("engine") == "mlx_lm"
-                and abs(c["skip_fraction"] - s.get("skip_fraction", -1)) < 1e-9
-                and c["num_draft"] == s.get("num_draft")
-            ]
-            if match:
-                out.append(("self-spec (seeds' config)", _selfspec_label(match[0]), match[0]))
-    if spec:
-        best = max(spec, key=lambda c: c["speedup"])
-        out.append(("two-model (best)", f"k={best['num_draft']}", best))
-        s = seeds.get("specdec")
-        match = [c for c in spec if s and c["num_draft"] == s.get("num_draft")]
-        if match:
-            out.append(("two-model (seeds' config)", f"k={match[0]['num_draft']}", match[0]))
-    return out
-
-
-def _checked_quality(check: Optional[Dict], technique: str, plain_q: float):
+def _checked_quality(check: Optional[Dict], row_name: str, plain_q: float):
     """A lossless row's quality and where it comes from: its own answers on the question set
     (equal to plain's score when its tokens equal plain's there), else plain's, unchecked."""
-    row = next((r for r in (check or {}).get("rows", []) if r["technique"] == technique), None)
+    row = next((r for r in (check or {}).get("rows", []) if r["technique"] == row_name), None)
     if row is None:
         return plain_q, "plain's (not run on the question set)"
     if row["tokens_equal_plain"]:
@@ -106,73 +67,48 @@ def _checked_quality(check: Optional[Dict], technique: str, plain_q: float):
     return row["score"], f"own answers (differ from plain on {len(row['questions_differing'])} questions)"
 
 
-def diffusion_label(c: Dict) -> str:
-    return f"block {c['block_length']}, threshold {c['threshold']:g}"
-
-
 def compare(
-    selfspec_cells: List[Dict],
-    specdec_cells: List[Dict],
+    cells: List[Dict],
     quality: Dict[str, Dict],
-    seeds: Optional[Dict] = None,
+    earlier_study: Optional[Dict] = None,
     noise: Optional[Dict[str, Dict]] = None,
-    diffusion_cells: Optional[List[Dict]] = None,
-    diffusion_quality: Optional[List[Dict]] = None,
+    own_quality: Optional[List[Dict]] = None,
     checks: Optional[Dict[str, Dict]] = None,
 ) -> List[Dict]:
-    """The rows of the comparison. `noise` holds each model's A/A cell (plain against plain, the
-    same protocol): the plain row's speedup and interval are that measured noise floor.
-    Diffusion cells are rows of their baseline (the autoregressive model they were timed
-    against), with the quality of their own answers; `checks` are the question-set checks of
-    the lossless rows (selfspec.quality.check_rows)."""
+    """The rows of the comparison, per target: the plain row, then each technique's rows in
+    registry order (`Technique.rows`: its best, the earlier study's configuration, or every
+    cell). `noise` holds each target's A/A cell (plain against plain, the same protocol): the
+    plain row's speedup and interval are that measured noise floor. A lossless row's quality
+    is its question-set check's (`checks`, selfspec.quality.check_rows); another technique's
+    is its own answers' score (`own_quality`, matched by `Technique.own_quality`)."""
     noise = noise or {}
     checks = checks or {}
-    diffusion_cells = diffusion_cells or []
-    dq = {(q["model"], q["block_length"], q["threshold"]): q for q in diffusion_quality or []}
     rows = []
-    targets = sorted(
-        {c["model"] for c in specdec_cells}
-        | {c["model"] for c in selfspec_cells}
-        | set(noise)
-        | {c["baseline_model"] for c in diffusion_cells}
-    )
+    targets = sorted({c["target"] for c in cells} | set(noise))
     for t in targets:
         q = quality.get(t, {}).get("score", float("nan"))
         aa = noise.get(t)
         if aa is not None:
             rows.append(_row(t, "plain", "mlx-lm generate_step (A/A: plain against plain)", aa, q, basis="own answers"))
-        for technique, label, cell in chosen_rows(t, selfspec_cells, specdec_cells, seeds):
-            score, basis = _checked_quality(checks.get(t), technique, q)
-            if not cell["lossless"]:
-                score, basis = float("nan"), "none: diverged on the prompts"
-            two = technique.startswith("two-model")
+        for tech, row_name, label, cell in chosen_rows(t, cells, earlier_study or {}, REGISTRY.values()):
+            if tech.lossless:
+                score, basis = _checked_quality(checks.get(t), row_name, q)
+                if not cell["lossless"]:
+                    score, basis = float("nan"), "none: diverged on the prompts"
+            else:
+                own = tech.own_quality(cell, own_quality or []) if tech.own_quality else None
+                score, basis = (own["score"], "own answers") if own else (float("nan"), "not scored")
+            source = cell.get("draft_source") or {}
             rows.append(
                 _row(
                     t,
-                    technique,
+                    row_name,
                     label,
                     cell,
                     score,
-                    cell["extra_weight_gb"] if two else 0.0,
-                    cell["draft_model"] if two else "-",
+                    cell.get("extra_weight_gb", 0.0),
+                    source.get("name", "-") if source.get("kind") in ("model", "adapter") else "-",
                     basis=basis,
-                )
-            )
-        for c in sorted(
-            (c for c in diffusion_cells if c["baseline_model"] == t),
-            key=lambda c: (c["model"], c["block_length"], -c["threshold"]),
-        ):
-            own_q = dq.get((c["model"], c["block_length"], c["threshold"]))
-            rows.append(
-                _row(
-                    t,
-                    "diffusion",
-                    diffusion_label(c),
-                    c,
-                    own_q["score"] if own_q else float("nan"),
-                    c["extra_weight_gb"],
-                    c["model"],
-                    basis="own answers" if own_q else "not scored",
                 )
             )
     return rows
@@ -207,6 +143,8 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
 def answers_frame(quality: Dict[str, Dict], checks: Dict[str, Dict], diffusion_quality: List[Dict]) -> pd.DataFrame:
     """Long form: one row per question-set answer of every scored row (plain, the checked
     lossless rows, each diffusion setting) with its length and its speed (one run each)."""
+    from ..diffusion.technique import label as diffusion_label
+
     out = []
 
     def add(target, technique, config, per_question):
@@ -236,16 +174,14 @@ def answers_frame(quality: Dict[str, Dict], checks: Dict[str, Dict], diffusion_q
 
 
 def write_comparison(
-    selfspec_paths,
-    specdec_paths,
+    cell_paths,
     quality_paths,
     csv_path,
     md_path,
     per_prompt_path,
-    seeds=None,
+    earlier_study=None,
     noise_paths=(),
-    diffusion_paths=(),
-    diffusion_quality_paths=(),
+    own_quality_paths=(),
     check_paths=(),
     answers_path=None,
 ) -> pd.DataFrame:
@@ -253,25 +189,17 @@ def write_comparison(
     from .tables import load_cells
 
     quality = {q["model"]: q for q in load_cells(quality_paths)}
-    noise = {c["model"]: c for c in load_cells(noise_paths)}
+    noise = {c["target"]: c for c in load_cells(noise_paths)}
     checks = {c["model"]: c for c in load_cells(check_paths)}
-    diffusion_cells, diffusion_q = load_cells(diffusion_paths), load_cells(diffusion_quality_paths)
-    rows = compare(
-        load_cells(selfspec_paths),
-        load_cells(specdec_paths),
-        quality,
-        seeds,
-        noise,
-        diffusion_cells,
-        diffusion_q,
-        checks,
-    )
+    cells, own_q = load_cells(cell_paths), load_cells(own_quality_paths)
+    rows = compare(cells, quality, earlier_study, noise, own_q, checks)
     if answers_path is not None:
         # A diffusion model's answers belong to every target it was compared with.
         targets: Dict[str, set] = {}
-        for c in diffusion_cells:
-            targets.setdefault(c["model"], set()).add(c["baseline_model"])
-        frame = answers_frame(quality, checks, diffusion_q)
+        for c in cells:
+            if c["technique"] == "diffusion":
+                targets.setdefault(c["diffusion_model"], set()).add(c["target"])
+        frame = answers_frame(quality, checks, own_q)
         diffusion = frame.technique == "diffusion"
         parts = [frame[~diffusion]] + [
             frame[diffusion & (frame.target == m)].assign(target=b) for m, bs in targets.items() for b in sorted(bs)

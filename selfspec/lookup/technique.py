@@ -1,0 +1,69 @@
+"""Prompt-lookup decoding in the technique registry: its config section `lookup`, grid axes
+`draft_lengths` × `max_ngrams`, and one standard cell rule."""
+
+from typing import Dict, List
+
+from ..core.technique import ConfigError, Technique, best, generation_settings
+
+
+def _section(config: Dict) -> Dict:
+    return config.get("lookup") or {}
+
+
+def grid(config: Dict) -> List[Dict[str, str]]:
+    s = _section(config)
+    return [
+        {"model": m, "max_ngram": str(n), "draft": str(k)}
+        for m in s.get("models", [])
+        for n in s["max_ngrams"]
+        for k in s["draft_lengths"]
+    ]
+
+
+def params(wildcards, config: Dict) -> Dict:
+    return {
+        "num_draft": int(wildcards.draft),
+        "max_ngram": int(wildcards.max_ngram),
+        "min_ngram": _section(config)["min_ngram"],
+        **generation_settings(config),
+    }
+
+
+def label(cell: Dict) -> str:
+    return f"n-gram {cell['min_ngram']}-{cell['max_ngram']}, k={cell['num_draft']}"
+
+
+def rows(target: str, cells: List[Dict], earlier=None):
+    b = best(cells)
+    return [("prompt lookup (best)", label(b), b)] if b else []
+
+
+def check(config: Dict, basedir: str) -> None:
+    s = _section(config)
+    if not s:
+        return
+    for name in s["models"]:
+        if name not in config["models"]:
+            raise ConfigError(f"lookup.models: '{name}' is not a configured model")
+        if config["models"][name].get("base"):
+            raise ConfigError(f"lookup.models: '{name}' is a diffusion adapter, not an autoregressive model")
+    for n in s["max_ngrams"]:
+        if n < s["min_ngram"]:
+            raise ConfigError(f"lookup.max_ngrams: {n} is below lookup.min_ngram ({s['min_ngram']})")
+
+
+TECHNIQUE = Technique(
+    name="lookup",
+    label="prompt lookup",
+    rule="lookup_cell",
+    output="results/lookup/{model}/ngram{max_ngram}_draft{draft}.json",
+    lossless=True,
+    grid=grid,
+    targets=lambda config: list(_section(config).get("models", [])),
+    rows=rows,
+    rebuild="selfspec.lookup.cell:candidate_from_cell",
+    params=params,
+    script="lookup_cell.py",
+    wildcards={"max_ngram": r"\d+"},
+    check=check,
+)

@@ -1,0 +1,40 @@
+"""What a forward pass of k tokens costs on this machine, at a given context: the verify
+curve a speculative round is priced against."""
+
+import statistics
+import time
+from typing import Dict, List, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import make_prompt_cache
+
+
+def verify_costs(model: nn.Module, context: Sequence[int], ks: Sequence[int], repeats: int = 5) -> Dict[int, float]:
+    """Median seconds of one forward pass of k tokens after `context` (filled once), per k;
+    the k entries are trimmed after each pass, so every pass sees the same context."""
+    cache = make_prompt_cache(model)
+    model(mx.array(list(context), dtype=mx.uint32)[None], cache=cache)
+    mx.eval([c.state for c in cache])
+    times: Dict[int, List[float]] = {k: [] for k in ks}
+    for r in range(repeats + 1):
+        for k in ks:
+            x = mx.array(list(context[-1:]) * k, dtype=mx.uint32)[None]
+            mx.synchronize()
+            t0 = time.perf_counter()
+            mx.eval(mx.argmax(model(x, cache=cache)[0], axis=-1))
+            dt = time.perf_counter() - t0
+            for c in cache:
+                c.trim(k)
+            if r:  # the first sweep warms up every shape
+                times[k].append(dt)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def replayed_speedup(rounds: List[Dict], costs: Dict[int, float], plain_token_seconds: float) -> float:
+    """The speedup the rounds predict: plain decoding pays `plain_token_seconds` a token; a
+    round that drafted k > 0 tokens pays one verify of k + 1 and emits its accepted drafts
+    + 1; a round without a draft decodes as plain decoding does."""
+    tokens = sum(r["passes"] * (r["accepted"] + 1) for r in rounds)
+    seconds = sum(r["passes"] * (costs[r["drafted"] + 1] if r["drafted"] else plain_token_seconds) for r in rounds)
+    return tokens * plain_token_seconds / seconds if seconds > 0 else float("nan")

@@ -1,0 +1,143 @@
+"""Prompt-lookup decoding: the n-gram draft, the loop (lossless against mlx-lm's greedy
+decoding on a real model), its cell and its place in the registry."""
+
+import mlx.core as mx
+import pytest
+
+from selfspec.core.models import load
+from selfspec.lookup.cell import candidate_from_cell, lookup_cell
+from selfspec.lookup.draft import DraftPolicy, NgramIndex
+from selfspec.lookup.loop import lookup_stream
+from selfspec.measure.costs import replayed_speedup
+from selfspec.measure.reference import reference_outputs
+from selfspec.measure.streams import plain_stream, timed_generation
+from tiny_models import write_model_dir
+
+
+def test_continuation_takes_the_longest_most_recent_match():
+    policy = DraftPolicy(num_draft=3, max_ngram=3, min_ngram=2)
+    #                 0  1  2  3  4  5  6  7  8  9 10
+    idx = NgramIndex([1, 2, 3, 4, 9, 2, 3, 5, 6, 1, 2, 3], policy)
+    # Suffix (1, 2, 3) occurred at 0..2, followed by 4 9 2; the more recent (2, 3) at 5..6
+    # would give 5 6 1, but the longer match wins.
+    assert idx.continuation(3) == [4, 9, 2]
+    idx.append(7)  # suffix (2, 3, 7) and (3, 7): never seen before
+    assert idx.continuation(3) == []
+    idx.extend([8, 2, 3])  # (7, 8, 2, 3): 3-gram (8, 2, 3) unseen; 2-gram (2, 3) most recent at 10..11 -> 7
+    assert idx.continuation(4) == [7, 8, 2, 3]
+    # A continuation stops at the end of the history.
+    short = NgramIndex([5, 6, 5, 6], DraftPolicy(num_draft=8, max_ngram=2, min_ngram=2))
+    assert short.continuation(8) == [5, 6]
+
+
+def test_no_draft_below_min_ngram():
+    idx = NgramIndex([1, 2, 3, 1], DraftPolicy(num_draft=4, max_ngram=3, min_ngram=2))
+    assert idx.continuation(4) == []  # only the 1-gram (1,) matches
+    idx1 = NgramIndex([1, 2, 3, 1], DraftPolicy(num_draft=4, max_ngram=3, min_ngram=1))
+    assert idx1.continuation(4) == [2, 3, 1]
+
+
+@pytest.mark.parametrize(
+    "bad", [dict(num_draft=0, max_ngram=3, min_ngram=3), dict(num_draft=2, max_ngram=2, min_ngram=3)]
+)
+def test_bad_policy_is_refused(bad):
+    with pytest.raises(ValueError):
+        DraftPolicy(**bad)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = write_model_dir(tmp_path_factory.mktemp("lookup") / "m", "llama", layers=4, seed=3)
+    return d, *load(d)
+
+
+PROMPTS = [
+    [5, 17, 42, 99, 5, 17, 42, 99, 5, 17, 42],
+    [7, 8, 9, 10, 11, 12, 7, 8, 9],
+    [3, 3, 3, 3, 3, 3],
+    list(range(20, 60)),
+]
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        DraftPolicy(num_draft=8, max_ngram=4, min_ngram=3),
+        DraftPolicy(num_draft=2, max_ngram=2, min_ngram=1),
+        DraftPolicy(num_draft=5, max_ngram=3, min_ngram=2),
+    ],
+)
+@pytest.mark.parametrize("max_tokens", [1, 2, 7, 40])
+def test_lookup_gives_plain_decodings_tokens(tiny, policy, max_tokens):
+    _, model, _ = tiny
+    drafted = 0
+    for p in PROMPTS:
+        prompt = mx.array(p, dtype=mx.uint32)
+        plain = timed_generation(lambda: plain_stream(model, prompt, max_tokens), len(p))
+        ours = timed_generation(lambda: lookup_stream(model, prompt, max_tokens, policy), len(p))
+        assert ours.tokens == plain.tokens
+        assert len(ours.tokens) == max_tokens
+        assert 0 <= ours.accepted <= ours.drafted
+        # Every pass emits its accepted drafts and one token of its own.
+        assert ours.full_passes == len(ours.tokens) - ours.accepted
+        assert sum(m for _, m in ours.rounds) == ours.accepted and sum(k for k, _ in ours.rounds) == ours.drafted
+        assert ours.draft_seconds is not None and 0 <= ours.draft_seconds < ours.prompt_seconds + ours.decode_seconds
+        drafted += ours.drafted
+    if max_tokens >= 7:
+        assert drafted > 0  # the prompts repeat themselves: something matched
+
+
+def test_lookup_stops_at_eos(tiny):
+    _, model, _ = tiny
+    prompt = mx.array(PROMPTS[0], dtype=mx.uint32)
+    plain = timed_generation(lambda: plain_stream(model, prompt, 30), len(PROMPTS[0]))
+    eos = [plain.tokens[5]]
+    policy = DraftPolicy(num_draft=4, max_ngram=2, min_ngram=1)
+    a = timed_generation(lambda: plain_stream(model, prompt, 30), len(PROMPTS[0]), eos)
+    b = timed_generation(lambda: lookup_stream(model, prompt, 30, policy), len(PROMPTS[0]), eos)
+    assert a.tokens == b.tokens and b.tokens[-1] == eos[0]
+
+
+def test_lookup_cell_is_lossless_and_says_why(tiny, repo):
+    path, model, _ = tiny
+    prompts = repo / "config/prompts/stdlib_code.yaml"
+    ref = reference_outputs(path, prompts, 24, "tiny")
+    cell = lookup_cell(
+        path,
+        ref,
+        prompts,
+        model_name="tiny",
+        num_draft=4,
+        max_ngram=3,
+        min_ngram=1,
+        max_tokens=24,
+        repeats=1,
+        warmup=1,
+        cost_repeats=2,
+    )
+    assert cell["technique"] == "lookup" and cell["target"] == cell["model"] == "tiny"
+    assert cell["draft_source"]["kind"] == "context" and cell["extra_weight_gb"] == 0.0
+    assert cell["lossless"] and cell["lossless_prompts"] == len(cell["per_prompt"])
+    # The rounds add up to what was drafted and accepted.
+    assert sum(r["drafted"] * r["passes"] for r in cell["rounds"]) == cell["drafted_tokens"]
+    assert sum(r["accepted"] * r["passes"] for r in cell["rounds"]) == cell["accepted_tokens"]
+    assert cell["draft_share"] is not None and 0 <= cell["draft_share"] < 1
+    assert set(cell["verify_costs"]["seconds"]) == {"1", "2", "3", "4", "5"}
+    assert cell["replayed_speedup"] > 0
+    # Rebuilt from its cell (for the question set), it runs the same policy.
+    make = candidate_from_cell(model, cell, 24, {})
+    prompt = mx.array(PROMPTS[1], dtype=mx.uint32)
+    assert (
+        timed_generation(lambda: make(prompt), 9).tokens
+        == timed_generation(lambda: plain_stream(model, prompt, 24), 9).tokens
+    )
+
+
+def test_replay_prices_rounds_against_the_verify_curve():
+    costs = {1: 1.0, 2: 1.2, 3: 1.5}
+    # No drafts: plain decoding's own cost per token, a ratio of 1.
+    assert replayed_speedup([{"drafted": 0, "accepted": 0, "passes": 10}], costs, 0.9) == pytest.approx(1.0)
+    # Two drafted, both kept, ten times: 30 tokens for 10 verifies of 3.
+    assert replayed_speedup([{"drafted": 2, "accepted": 2, "passes": 10}], costs, 1.0) == pytest.approx(30 / 15)
+    # Two drafted, none kept: a verify of 3 for one token.
+    assert replayed_speedup([{"drafted": 2, "accepted": 0, "passes": 1}], costs, 1.0) == pytest.approx(1 / 1.5)
