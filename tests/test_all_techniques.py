@@ -1,11 +1,13 @@
-"""A real Snakemake run of all three techniques on tiny models: self-speculation, two-model
-speculation and a diffusion adapter, with quality, the question-set check of the lossless
-rows, and the techniques table."""
+"""A real Snakemake run of every technique of the registry on tiny models: self-speculation,
+two-model speculation, prompt lookup and a diffusion adapter, with quality, the question-set
+check of the lossless rows, and the techniques table."""
 
 import json
 
 import pandas as pd
 import pytest
+
+pytestmark = pytest.mark.slow
 
 from tiny_models import write_diffusion_adapter, write_model_dir
 from workflow import copy_workflow, planned_jobs, snakemake, write_config
@@ -13,7 +15,7 @@ from workflow import copy_workflow, planned_jobs, snakemake, write_config
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    d = tmp_path_factory.mktemp("three")
+    d = tmp_path_factory.mktemp("all")
     copy_workflow(d)
     base = write_model_dir(d / "tiny_src", "llama", layers=6, tie_word_embeddings=False)
     draft = write_model_dir(d / "draft_src", "llama", layers=2, tie_word_embeddings=False, seed=1)
@@ -24,10 +26,7 @@ def run(tmp_path_factory):
             "tiny-draft": {"source": str(draft)},
             "tiny-diff": {"source": str(adapter), "base": "tiny"},
         },
-        "selfspec": {
-            "strategies": ["middle"],
-            "skip_fractions": [0.4],
-            "draft_lengths": [2],
+        "generation": {
             "max_tokens": 12,
             "repeats": 1,
             "warmup": 1,
@@ -35,14 +34,16 @@ def run(tmp_path_factory):
             # Diffusion is not lossless: it must be measured even where divergence is refused.
             "require_lossless": True,
         },
-        "specdec": {"pairs": [{"target": "tiny", "draft": "tiny-draft"}], "draft_lengths": [2]},
+        "layerskip": {"strategies": ["middle"], "skip_fractions": [0.4], "draft_lengths": [2]},
+        "twomodel": {"pairs": [{"target": "tiny", "draft": "tiny-draft"}], "draft_lengths": [2]},
+        "lookup": {"models": ["tiny"], "max_ngrams": [3], "min_ngram": 1, "draft_lengths": [4]},
         "quality": {"question_set": "stdlib_quiz", "max_tokens": 8, "models": ["tiny"]},
         "diffusion": {"pairs": [{"model": "tiny-diff", "baseline": "tiny"}], "block_lengths": [8], "thresholds": [0.9]},
         "noise": {"models": ["tiny"]},
-        "techniques": {
-            "seeds": {
-                "selfspec": {"strategy": "middle", "skip_fraction": 0.4, "num_draft": 2},
-                "specdec": {"num_draft": 2},
+        "comparison": {
+            "earlier_study": {
+                "layerskip": {"strategy": "middle", "skip_fraction": 0.4, "num_draft": 2},
+                "twomodel": {"num_draft": 2},
             }
         },
     }
@@ -56,7 +57,8 @@ def test_diffusion_cell_is_measured_with_the_protocol(run):
     cell = json.loads((d / "results/diffusion/tiny-diff/tiny/block8_thr0.9.json").read_text())
     assert cell["technique"] == "diffusion" and cell["lossless_expected"] is False
     assert cell["block_length"] == 8 and cell["threshold"] == 0.9 and cell["steps"] == 8
-    assert cell["adapter"] and cell["same_vocabulary"] and cell["baseline_model"] == "tiny"
+    assert cell["adapter"] and cell["same_vocabulary"] and cell["target"] == cell["model"] == "tiny"
+    assert cell["diffusion_model"] == "tiny-diff" and cell["draft_source"] == {"kind": "adapter", "name": "tiny-diff"}
     assert cell["pairs"] == 4 and cell["baseline_tps"] > 0 and cell["candidate_tps"] > 0
     # Tokens per denoising pass: at least one token is committed per pass (steps = block).
     assert 0 < cell["tokens_per_pass"] and 0 <= cell["token_agreement"] <= 1
@@ -84,6 +86,7 @@ def test_lossless_rows_are_checked_on_the_question_set(run):
         "self-spec (seeds' config)",
         "two-model (best)",
         "two-model (seeds' config)",
+        "prompt lookup (best)",
     ]
     for r in check["rows"]:
         # Greedy speculation reproduces plain's tokens on these questions as well.
@@ -100,13 +103,14 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
         "self-spec (seeds' config)",
         "two-model (best)",
         "two-model (seeds' config)",
+        "prompt lookup (best)",
         "diffusion",
     ]
     diff = df[df.technique == "diffusion"].iloc[0]
     q = json.loads((d / "results/quality/tiny-diff/stdlib_quiz/block8_thr0.9.json").read_text())
     assert diff.quality == pytest.approx(q["score"]) and diff.quality_basis == "own answers"
     assert diff.config == "block 8, threshold 0.9" and diff.draft == "tiny-diff"
-    spec = df[df.technique.str.startswith(("self-spec", "two-model"))]
+    spec = df[df.technique.str.startswith(("self-spec", "two-model", "prompt lookup"))]
     assert (spec.quality_basis == "own answers (= plain's tokens)").all()
     per_prompt = pd.read_csv(d / "results/tables/techniques_per_prompt.csv")
     rows = per_prompt[per_prompt.technique == "diffusion"]
@@ -117,6 +121,28 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
     assert set(answers.technique) == set(df.technique) and (answers.target == "tiny").all()
     assert (answers.groupby("technique").size() == 21).all() and (answers.answer_tokens > 0).all()
     assert (answers.e2e_tps > 0).all() and (d / "results/plots/techniques_by_length.png").stat().st_size > 0
+
+
+def test_every_cell_carries_the_contract(run):
+    d, _ = run
+    for kind in ("selfspec", "specdec", "lookup", "diffusion", "noise"):
+        for path in (d / "results" / kind).rglob("*.json"):
+            cell = json.loads(path.read_text())
+            assert cell["technique"] in ("layerskip", "twomodel", "lookup", "diffusion", "plain"), path
+            assert cell["target"] == cell["model"] == "tiny", path
+            assert "kind" in cell["draft_source"], path
+    pld = json.loads((d / "results/lookup/tiny/ngram3_draft4.json").read_text())
+    assert pld["lossless"] and pld["min_ngram"] == 1 and pld["draft_share"] < 0.5 and pld["rounds"]
+
+
+def test_new_lookup_setting_adds_one_cell_and_one_check(run):
+    d, cfg = run
+    grown = json.loads(json.dumps(cfg))
+    grown["lookup"]["draft_lengths"] = [4, 2]
+    write_config(d, grown, "grown_lookup.yaml")
+    jobs = planned_jobs(d, config="config/grown_lookup.yaml")
+    assert jobs.get("lookup_cell") == 1
+    assert "selfspec_cell" not in jobs and "specdec_cell" not in jobs and "diffusion_cell" not in jobs
 
 
 def test_new_threshold_adds_one_cell_and_its_quality(run):
