@@ -3,6 +3,7 @@
 import json
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 import pytest
 from mlx.utils import tree_flatten
@@ -224,11 +225,13 @@ def test_config_defaults():
         ModelArgs.from_dict({**HF_CONFIG, "head_dim": 32})
 
 
-def write_hf(model, out):
-    """HF layout: one tensor per expert, the router as `mlp.gate.weight`, a real-style config."""
+def write_hf(model, out, dtype=None, config=HF_CONFIG):
+    """HF layout: one tensor per expert, the router as `mlp.gate.weight`, a real-style config
+    (the real checkpoint is bfloat16: dtype=mx.bfloat16)."""
     out.mkdir()
     hf = {}
     for k, v in tree_flatten(model.parameters()):
+        v = v if dtype is None else v.astype(dtype)
         if ".mlp.switch_mlp." in k:
             pre, rest = k.split(".mlp.switch_mlp.")
             hf.update({f"{pre}.mlp.experts.{e}.{rest}": v[e] for e in range(v.shape[0])})
@@ -238,7 +241,7 @@ def write_hf(model, out):
             hf[k] = v
     assert "model.layers.1.mlp.experts.7.down_proj.weight" in hf and "model.layers.1.mlp.gate.expert_bias" in hf
     mx.save_safetensors(str(out / "model-00001-of-00001.safetensors"), hf)
-    (out / "config.json").write_text(json.dumps(HF_CONFIG))
+    (out / "config.json").write_text(json.dumps(config))
     return out
 
 
@@ -274,7 +277,8 @@ def test_quantized_hf_equals_saved_quantized_mlx(model, tmp_path):
     q, cfg = load_model(write_hf(model, tmp_path / "hf"), quantize={"bits": 4, "group_size": 32})
     moe = q.model.layers[1].mlp
     assert isinstance(moe.switch_mlp.gate_proj, QuantizedSwitchLinear) and moe.switch_mlp.gate_proj.bits == 4
-    assert moe.gate.gate_proj.bits == 8  # bailing_moe's predicate keeps the router at 8 bits
+    # Not bailing_moe's 8-bit router: the router stays float32 and unquantized, as the reference runs it.
+    assert type(moe.gate.gate_proj) is nn.Linear and moe.gate.gate_proj.weight.dtype == mx.float32
     assert moe.gate.expert_bias.dtype == mx.float32
     assert not np.array_equal(logits(q), logits(model))
     save_model(tmp_path / "q", q)
@@ -293,6 +297,112 @@ def test_load_with_tokenizer(model, tmp_path):
     write_tokenizer(d)
     m, tok = load(d)
     assert EOS_TOKEN_ID in tok.eos_token_ids and np.array_equal(logits(m), logits(model))
+
+
+def test_config_without_norm_topk_prob_loads(model, tmp_path):
+    """bailing_moe requires norm_topk_prob; LLaDA2's config class has no such key (its gate
+    always normalizes), so a config.json without it must load, as True."""
+    cfg = {k: v for k, v in HF_CONFIG.items() if k != "norm_topk_prob"}
+    with pytest.raises(TypeError):
+        bailing_moe.ModelArgs.from_dict(cfg)
+    assert ModelArgs.from_dict(cfg).norm_topk_prob is True
+    assert ModelArgs.from_dict({**cfg, "norm_topk_prob": False}).norm_topk_prob is False
+    m, _ = load_model(write_hf(model, tmp_path / "hf", config=cfg))
+    assert m.args.norm_topk_prob is True and np.array_equal(logits(m), logits(model))
+
+
+def router_tensors(model):
+    """{name: (module type, dtype)} of every MoE layer's router parameters."""
+    out = {}
+    for i, layer in enumerate(model.model.layers[HF_CONFIG["first_k_dense_replace"] :], 1):
+        g = layer.mlp.gate
+        out[f"{i}.gate_proj"] = (type(g.gate_proj), g.gate_proj.weight.dtype)
+        out[f"{i}.expert_bias"] = (None, g.expert_bias.dtype)
+    return out
+
+
+FLOAT32_ROUTER = {
+    f"{i}.{p}": (nn.Linear if p == "gate_proj" else None, mx.float32)
+    for i in (1, 2)
+    for p in ("gate_proj", "expert_bias")
+}
+
+
+@pytest.mark.parametrize("quantize, dtype", [({"bits": 4, "group_size": 32}, None), (None, "bfloat16")])
+def test_conversion_keeps_the_router_float32_and_unquantized(model, tmp_path, quantize, dtype):
+    """A bfloat16 HF checkpoint converted as the pipeline does (core.fetch.prepare with
+    llada2.prepare as the llada2_moe converter), quantized or cast: the router's weight and
+    expert_bias are float32 and not quantized, on disk and loaded; the rest is converted."""
+    from selfspec.core.fetch import prepare
+    from selfspec.diffusion import llada2
+
+    hf = write_hf(model, tmp_path / "hf", dtype=mx.bfloat16)
+    loaded, _ = load_model(hf)
+    assert router_tensors(loaded) == FLOAT32_ROUTER  # loading alone upcasts the bf16 router
+    out = tmp_path / "out"
+    info = prepare("l", hf, quantize, out, dtype=dtype, converters={llada2.MODEL_TYPE: llada2.prepare})
+    assert info["action"] == ("quantized (llada2)" if quantize else "cast to bfloat16 (llada2)")
+    (f,) = out.glob("model*.safetensors")
+    stored = mx.load(str(f))
+    for i in (1, 2):
+        pre = f"model.layers.{i}.mlp.gate."
+        assert stored[pre + "gate_proj.weight"].dtype == mx.float32 and stored[pre + "expert_bias"].dtype == mx.float32
+        assert pre + "gate_proj.scales" not in stored
+    saved_cfg = json.loads((out / "config.json").read_text())
+    assert not any(k.endswith("mlp.gate.gate_proj") for k in saved_cfg.get("quantization", {}))
+    m, _ = load_model(out)
+    assert router_tensors(m) == FLOAT32_ROUTER
+    moe = m.model.layers[1].mlp
+    if quantize:
+        assert isinstance(moe.switch_mlp.gate_proj, QuantizedSwitchLinear) and moe.switch_mlp.gate_proj.bits == 4
+        assert isinstance(m.model.layers[1].attention.query_key_value, nn.QuantizedLinear)
+    else:
+        assert moe.switch_mlp.gate_proj.weight.dtype == mx.bfloat16 and m.lm_head.weight.dtype == mx.bfloat16
+    # The router of the bf16 checkpoint, in float32, routes as the float32 reference computation.
+    x = mx.random.normal((1, 5, HF_CONFIG["hidden_size"]))
+    g = loaded.model.layers[1].mlp.gate
+    want = route(x @ g.gate_proj.weight.T, g.expert_bias, 2, 4, 2, 2.5)
+    got = moe.gate(x)
+    assert np.array_equal(np.array(got[0]), np.array(want[0])) and np.allclose(np.array(got[1]), np.array(want[1]))
+
+
+def test_set_dtype_and_mlx_lm_cast_predicate_skip_the_router():
+    m = build()
+    m.set_dtype(mx.float16)
+    assert router_tensors(m) == FLOAT32_ROUTER
+    assert m.model.layers[1].mlp.switch_mlp.up_proj.weight.dtype == mx.float16
+    assert not m.cast_predicate("model.layers.1.mlp.gate.expert_bias")
+    assert not m.cast_predicate("model.layers.1.mlp.gate.gate_proj.weight")
+    assert m.cast_predicate("model.layers.1.mlp.switch_mlp.up_proj.weight")
+    assert not m.quant_predicate("model.layers.1.mlp.gate.gate_proj", None)
+    assert m.quant_predicate("model.layers.1.mlp.shared_experts.up_proj", None)
+
+
+def test_check_command(model, tmp_path):
+    """`python -m selfspec.diffusion.llada2 check DIR`: strict load, config keys, router tensors."""
+    import subprocess
+    import sys
+
+    cfg = {k: v for k, v in HF_CONFIG.items() if k != "norm_topk_prob"}
+    hf = write_hf(model, tmp_path / "hf", dtype=mx.bfloat16, config=cfg)
+    cmd = [sys.executable, "-m", "selfspec.diffusion.llada2", "check", str(hf)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "strict load OK" in out and "  num_experts = 8" in out
+    assert "norm_topk_prob=True" in out and "use_qk_norm=True" in out and "mask_token_id=156895" in out
+    assert "model.layers.1.mlp.gate.weight  BF16  [8, 64]" in out
+    assert "model.layers.1.mlp.gate.expert_bias  BF16  [8]" in out
+    assert "model.layers.1.mlp.gate.gate_proj.weight  float32  [8, 64]" in out
+    assert "model.layers.1.mlp.gate.expert_bias  float32  [8]" in out
+    assert "router: float32, not quantized" in out
+    # Strict: a checkpoint missing a tensor fails, naming it.
+    (f,) = hf.glob("*.safetensors")
+    w = mx.load(str(f))
+    del w["model.layers.2.mlp.gate.expert_bias"]
+    mx.save_safetensors(str(f), w)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "expert_bias" in proc.stderr
 
 
 # ---- sampler --------------------------------------------------------------------------------

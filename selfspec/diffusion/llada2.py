@@ -5,12 +5,20 @@ QK-norm and partial NeoX RoPE, a dense layer 0, then MoE layers of SwitchGLU exp
 shared expert. What differs from `bailing_moe`, and is done here:
 - the forward takes an explicit attention mask (None = bidirectional), never a causal one;
 - the router runs in float32 and drops unselected expert groups with -inf (bailing_moe
-  writes 0, which a negative `expert_bias` lets outrank a kept expert);
+  writes 0, which a negative `expert_bias` lets outrank a kept expert); its weights
+  (`mlp.gate.gate_proj.weight`, `mlp.gate.expert_bias`) are kept in float32 and never
+  quantized here (bailing_moe quantizes the router at 8 bits and casts with the model);
 - config keys the real config.json omits default to LLaDA2's values, not Ling's.
 Loading goes through mlx-lm's `load_model(get_model_classes=...)`; mlx-lm is not patched.
+
+Check a checkpoint (strict load, its config, the first MoE layer's router tensors):
+    python -m selfspec.diffusion.llada2 check <directory or hub repo id>
 """
 
+import json
 import shutil
+import struct
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -22,6 +30,9 @@ from mlx_lm.models import bailing_moe
 MODEL_TYPE = "llada2_moe"
 MASK_TOKEN_ID = 156895  # `<|mask|>`: generate()'s default, absent from config.json
 EOS_TOKEN_ID = 156892  # `<|endoftext|>` (= pad_token_id): generate()'s default
+# The router's parameters, kept in float32 and unquantized as the reference runs them.
+ROUTER_PARAMS = ("mlp.gate.gate_proj.weight", "mlp.gate.expert_bias")
+ROUTER_MODULE = "mlp.gate.gate_proj"
 
 
 @dataclass
@@ -35,6 +46,13 @@ class ModelArgs(bailing_moe.ModelArgs):
     mask_token_id: int = MASK_TOKEN_ID
     eos_token_id: Optional[Union[int, List[int]]] = None
     pad_token_id: Optional[int] = None
+
+    @classmethod
+    def from_dict(cls, params):
+        # bailing_moe requires norm_topk_prob, which LLaDA2's config class does not define: the
+        # reference gate always normalizes the top-k weights (top_k > 1), i.e. True. (A dataclass
+        # default cannot be given here: required fields follow it.)
+        return super().from_dict({"norm_topk_prob": True, **params})
 
     def __post_init__(self):
         if self.eos_token_id is None:
@@ -165,7 +183,41 @@ class Model(bailing_moe.Model):
                 if k.endswith(f".mlp.gate.{part}"):
                     k = k[: -len(part)] + "gate_proj." + part
             out[k] = v
-        return super().sanitize(out)
+        out = super().sanitize(out)
+        # The reference multiplies the router in float32 (checkpoints store it in bf16).
+        return {
+            k: v.astype(mx.float32) if k.endswith(ROUTER_PARAMS) and mx.issubdtype(v.dtype, mx.floating) else v
+            for k, v in out.items()
+        }
+
+    @property
+    def quant_predicate(self):
+        """mlx-lm's quantize_model: every layer but the router (bailing_moe's puts it at 8 bits)."""
+
+        def predicate(path, _module):
+            return not path.endswith(ROUTER_MODULE)
+
+        return predicate
+
+    @property
+    def cast_predicate(self):
+        """mlx-lm's convert casts only the parameters for which this is True: not the router."""
+
+        def predicate(key):
+            return not key.endswith(ROUTER_PARAMS)
+
+        return predicate
+
+    def set_dtype(self, dtype, predicate=lambda t: mx.issubdtype(t, mx.floating)):
+        """nn.Module.set_dtype, leaving the router's float32 parameters as they are."""
+        from mlx.utils import tree_map_with_path
+
+        def cast(key, v):
+            if self.cast_predicate(key) and (predicate is None or predicate(v.dtype)):
+                return v.astype(dtype)
+            return v
+
+        self.update(tree_map_with_path(cast, self.parameters()))
 
 
 def model_classes(config: dict):
@@ -196,7 +248,8 @@ def load_model(
     """Load an HF (unstacked experts) or MLX (stacked, maybe quantized) llada2_moe directory.
 
     quantize: e.g. {"bits": 4, "group_size": 64}: quantize with mlx-lm's `quantize_model`
-      (router gate at 8 bits via bailing_moe's predicate) unless the checkpoint already is.
+      (all but the router, which stays float32) unless the checkpoint already is.
+    The router's weights load as float32 unless the checkpoint quantized them.
     Returns the model and its config (with "quantization" when quantized).
     """
     from mlx_lm.utils import load_model as mlx_load_model, quantize_model
@@ -240,7 +293,7 @@ def prepare(
     src_path, out_dir = Path(src_path), Path(out_dir)
     model, config = load_model(src_path, quantize=quantize)
     if dtype is not None:
-        model.set_dtype(getattr(mx, dtype))
+        model.set_dtype(getattr(mx, dtype))  # the router stays float32
         config["torch_dtype"] = dtype
     out_dir.mkdir(parents=True, exist_ok=True)
     save_model(out_dir, model, donate_model=True)
@@ -249,3 +302,102 @@ def prepare(
         if f.is_file() and f.suffix != ".safetensors" and f.name not in ("config.json", "model.safetensors.index.json"):
             shutil.copy2(f, out_dir / f.name)
     return {"action": "quantized (llada2)" if quantize else f"cast to {dtype} (llada2)"}
+
+
+# ---- checking a real checkpoint ---------------------------------------------------------------
+
+
+def _safetensors_header(path: Path) -> Dict[str, Any]:
+    """A .safetensors file's tensor table (name -> dtype, shape), read without loading data."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    header.pop("__metadata__", None)
+    return header
+
+
+def check(path_or_repo: Union[str, Path], out=print) -> Dict[str, Any]:
+    """Strict-load a llada2_moe checkpoint (lazily: no weight is read) and print its config
+    keys, the LLaDA2 defaults applied for keys it lacks, and the tensor names, dtypes and
+    shapes under the first MoE layer's `mlp.gate`, as stored and as loaded.
+
+    Raises if the strict load fails (a missing or unexpected tensor, a shape mismatch)."""
+    from mlx.utils import tree_flatten
+
+    path = _local_path(str(path_or_repo))
+    config = json.loads((path / "config.json").read_text())
+    if config.get("model_type") != MODEL_TYPE:
+        raise ValueError(f"{path}: model_type {config.get('model_type')!r}, not {MODEL_TYPE!r}")
+    model, _ = load_model(path, lazy=True)  # mlx-lm's load_model is strict by default
+    args = model.args
+    layer = args.first_k_dense_replace
+    prefix = f"model.layers.{layer}.mlp.gate."
+    out(f"{path}: strict load OK ({args.num_hidden_layers} layers, first MoE layer {layer})")
+    out("config.json keys:")
+    for k in sorted(config):
+        out(f"  {k} = {json.dumps(config[k])[:100]}")
+    defaulted = {
+        k: getattr(args, k)
+        for k in (
+            "norm_topk_prob",
+            "use_qk_norm",
+            "score_function",
+            "moe_router_enable_expert_bias",
+            "rotary_dim",
+            "mask_token_id",
+            "eos_token_id",
+        )
+        if k not in config
+    }
+    if "rotary_dim" in defaulted:  # bailing_moe then rotates head_dim * partial_rotary_factor dims
+        defaulted["rotary_dim"] = f"None (rotates {model.model.layers[0].attention.rope.dims} dims)"
+    out("absent from config.json, so set to: " + (", ".join(f"{k}={v}" for k, v in defaulted.items()) or "nothing"))
+    stored = {}
+    for f in sorted(path.glob("*.safetensors")):
+        for name, t in _safetensors_header(f).items():
+            if f".layers.{layer}.mlp.gate." in name or name.startswith(f"layers.{layer}.mlp.gate."):
+                stored[name] = (t["dtype"], t["shape"])
+    out(f"stored under layers.{layer}.mlp.gate:")
+    for name, (dt, shape) in sorted(stored.items()):
+        out(f"  {name}  {dt}  {shape}")
+    gate = model.model.layers[layer].mlp.gate
+    loaded = {
+        prefix + k: (str(v.dtype).replace("mlx.core.", ""), list(v.shape)) for k, v in tree_flatten(gate.parameters())
+    }
+    bits = getattr(gate.gate_proj, "bits", None)
+    out(f"loaded under layers.{layer}.mlp.gate" + (f" (gate_proj quantized, {bits} bits)" if bits else "") + ":")
+    for name, (dt, shape) in sorted(loaded.items()):
+        out(f"  {name}  {dt}  {shape}")
+    as_reference = bits is None and all(
+        loaded[prefix + k][0] == "float32" for k in ("gate_proj.weight", "expert_bias") if prefix + k in loaded
+    )
+    out(
+        "router: float32, not quantized, as the reference runs it"
+        if as_reference
+        else "router: NOT the reference's float32 (this checkpoint quantized it; convert the original weights instead)"
+    )
+    return {
+        "path": str(path),
+        "config_keys": sorted(config),
+        "defaulted": defaulted,
+        "stored": stored,
+        "loaded": loaded,
+        "router_quantized_bits": bits,
+        "router_as_reference": as_reference,
+    }
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m selfspec.diffusion.llada2", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("check", help="strict-load a checkpoint; print its config keys and router tensors")
+    c.add_argument("path", help="a local llada2_moe directory or a hub repo id (downloaded with mlx-lm)")
+    args = parser.parse_args(argv)
+    check(args.path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
