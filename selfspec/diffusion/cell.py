@@ -112,7 +112,6 @@ def diffusion_cell(
     # each side's peak is reported without them (the raw peaks stay in per_prompt).
     result["peak_memory_gb"] -= result["baseline_weight_gb"]
     result["baseline_peak_memory_gb"] -= result["weight_gb"]
-    result["peak_memory_definition"] = "peak MLX memory of the side's runs, less the other model's weights"
     # Each answer's length beside its speed: diffusion's tok/s depends on it (short answers
     # still pay for denoising a whole block).
     for p in result["per_prompt"]:

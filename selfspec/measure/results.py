@@ -17,6 +17,9 @@ from ..core.log import log
 from .protocol import summarize
 
 CONTRACT = ("technique", "target", "model", "draft_source")
+# One meaning in every cell: what running the technique needs (a diffusion cell subtracts the
+# baseline's weights, which only plain decoding of the baseline needs).
+PEAK_MEMORY_DEFINITION = "peak MLX memory of the candidate's runs, less weights loaded only for the other side"
 
 
 def measured_result(
@@ -34,6 +37,7 @@ def measured_result(
         "lossless_expected": lossless_expected,
         "baseline_engine": "mlx_lm.generate_step",
         **summarize(records, ref).to_dict(),
+        "peak_memory_definition": PEAK_MEMORY_DEFINITION,
         "wall_seconds": time.perf_counter() - t0,
         "started_at": started_at,
         "finished_at": time.time(),

@@ -31,6 +31,8 @@ COLUMNS = [
     "acceptance_rate",
     "lossless",
     "token_agreement",
+    "draft_share",
+    "replayed_speedup",
 ]
 
 
@@ -52,6 +54,10 @@ def _row(target, technique, config, cell, quality, extra_gb=0.0, draft="-", basi
         "acceptance_rate": cell["acceptance_rate"],
         "lossless": cell["lossless"],
         "token_agreement": cell.get("token_agreement"),
+        # Where a technique measures them (prompt lookup): its drafting time over its total
+        # time, and the speedup its rounds predict at the measured verify costs.
+        "draft_share": cell.get("draft_share"),
+        "replayed_speedup": cell.get("replayed_speedup"),
         "_cell": cell,
     }
 
@@ -135,6 +141,11 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
                         "tokens_per_pass": run[side]["new_tokens"] / run[side]["full_passes"]
                         if run[side]["full_passes"]
                         else float("nan"),
+                        # This pair's ratio, and what the candidate drafted, kept and spent drafting.
+                        "speedup": run[side]["decode_tps"] / run["baseline"]["decode_tps"],
+                        "drafted": run[side]["drafted"],
+                        "accepted": run[side]["accepted"],
+                        "draft_seconds": run[side].get("draft_seconds"),
                     }
                 )
     return pd.DataFrame(out)
@@ -220,7 +231,7 @@ def write_comparison(
         else ("yes" if x else "**NO**")
         for t, x, a in zip(df.technique, df.lossless, df.token_agreement)
     ]
-    show = show.drop(columns=["token_agreement"])
+    show = show.drop(columns=["token_agreement", "draft_share", "replayed_speedup"])
     show = show.drop(columns=["speedup_ci_low", "speedup_ci_high"])
     write_text(md_path, show.to_markdown(index=False, floatfmt=".3g") + "\n")
     with atomic_path(per_prompt_path) as tmp:
