@@ -95,3 +95,15 @@ def generation_settings(config: Dict) -> Dict:
 def best(cells: List[Dict]) -> Optional[Dict]:
     """The cell with the highest median decode speedup."""
     return max(cells, key=lambda c: c["speedup"]) if cells else None
+
+
+def path_number(x: float) -> str:
+    """The path form of a number in a cell's wildcards: 0.1 -> '0.1', 0.25 -> '0.25'."""
+    return f"{float(x):g}"
+
+
+def diffusion_models(config: Dict) -> List[str]:
+    """Models that generate by diffusion (the diffusion pairs' models and every adapter, a
+    model with `base:`): no speculative technique runs on them."""
+    pairs = (config.get("diffusion") or {}).get("pairs", [])
+    return sorted({p["model"] for p in pairs} | {m for m, c in config["models"].items() if c.get("base")})

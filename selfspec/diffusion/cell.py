@@ -10,7 +10,6 @@ question set (`diffusion_quality`).
 
 import json
 import statistics
-import time
 from pathlib import Path
 from typing import Dict, Optional
 

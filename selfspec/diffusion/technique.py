@@ -7,22 +7,12 @@ import re
 from typing import Dict, List, Optional
 
 from ..core.sources import source_dir
-from ..core.technique import ConfigError, Technique, generation_settings
-
-
-def format_skip(f: float) -> str:
-    """The path form of a threshold: 0.9 -> '0.9'."""
-    return f"{float(f):g}"
+from ..core.technique import ConfigError, Technique, diffusion_models, generation_settings
+from ..core.technique import path_number as format_skip
 
 
 def _section(config: Dict) -> Dict:
     return config.get("diffusion") or {}
-
-
-def diffusion_models(config: Dict) -> List[str]:
-    """Models that generate by diffusion: the diffusion pairs' models and every adapter."""
-    pairs = _section(config).get("pairs", [])
-    return sorted({p["model"] for p in pairs} | {m for m, c in config["models"].items() if c.get("base")})
 
 
 def grid(config: Dict) -> List[Dict[str, str]]:

@@ -6,24 +6,14 @@ strategies also read the model's profile, calibration and search."""
 from typing import Dict, List, Tuple
 
 from ..core.sources import known_num_layers
-from ..core.technique import ConfigError, Technique, best, generation_settings
+from ..core.technique import ConfigError, Technique, best, diffusion_models, generation_settings
+from ..core.technique import path_number as format_skip
 from .engines import REGISTRY as ENGINES
-from .strategies import ADAPTIVE, REGISTRY as STRATEGIES, SkipError, make_plan
-
-
-def format_skip(f: float) -> str:
-    """The path form of a skip fraction: 0.1 -> '0.1', 0.25 -> '0.25'."""
-    return f"{float(f):g}"
+from .strategies import ADAPTIVE, SkipError, make_plan
 
 
 def _section(config: Dict) -> Dict:
     return config.get("layerskip") or {}
-
-
-def diffusion_models(config: Dict) -> List[str]:
-    """Models that generate by diffusion: the diffusion pairs' models and every adapter."""
-    pairs = (config.get("diffusion") or {}).get("pairs", [])
-    return sorted({p["model"] for p in pairs} | {m for m, c in config["models"].items() if c.get("base")})
 
 
 def grid_models(config: Dict) -> List[str]:

@@ -4,7 +4,6 @@ Everything here runs at parse time, before any job: a bad value stops the run wi
 error that names the key and the value, and nothing already computed is touched.
 """
 
-import re
 from pathlib import Path
 from typing import Dict, List
 
@@ -20,8 +19,7 @@ from ..core.sources import (  # noqa: F401
     source_error,
     source_file,
 )
-from ..core.technique import ConfigError  # noqa: F401
-from ..diffusion.technique import diffusion_models
+from ..core.technique import ConfigError, diffusion_models  # noqa: F401
 from ..layerskip.technique import format_skip, grid_models  # noqa: F401
 from ..techniques import REGISTRY, lossless
 
