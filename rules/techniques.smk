@@ -177,7 +177,6 @@ rule plot_techniques:
     input:
         table=rules.compare_techniques.output.csv,
         per_prompt=rules.compare_techniques.output.per_prompt,
-        answers=rules.compare_techniques.output.answers,
     output:
         speedup=report(
             "results/plots/techniques_speedup.png",
@@ -198,7 +197,7 @@ rule plot_techniques:
             caption="../report/techniques_by_length.rst",
             category="Techniques compared",
             subcategory="all models",
-            labels={"result": "decode speed by answer length", "file": "figure"},
+            labels={"result": "speedup by answer length (paired runs)", "file": "figure"},
         ),
     log:
         "logs/plots/plot_techniques.log",

@@ -9,4 +9,4 @@ from selfspec.report.plots import techniques_by_length, techniques_speedup, tech
 per_prompt = pd.read_csv(snakemake.input.per_prompt)
 techniques_speedup(pd.read_csv(snakemake.input.table), snakemake.output.speedup)
 techniques_spread(per_prompt, snakemake.output.spread)
-techniques_by_length(pd.read_csv(snakemake.input.answers), snakemake.output.by_length)
+techniques_by_length(per_prompt, snakemake.output.by_length)

@@ -143,6 +143,7 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
                         else float("nan"),
                         # This pair's ratio, and what the candidate drafted, kept and spent drafting.
                         "speedup": run[side]["decode_tps"] / run["baseline"]["decode_tps"],
+                        "speedup_e2e": run[side]["e2e_tps"] / run["baseline"]["e2e_tps"],
                         "drafted": run[side]["drafted"],
                         "accepted": run[side]["accepted"],
                         "draft_seconds": run[side].get("draft_seconds"),
