@@ -1,46 +1,76 @@
-"""Bad configs fail at parse time, naming the key and the value, and touch nothing."""
+"""Bad configs fail at parse time, naming the key and the value, and touch nothing.
+
+The cases run in-process through the same checks rules/common.smk runs when Snakemake parses
+the workflow (`parse_time_checks`); one case runs through real Snakemake end to end."""
 
 import copy
+import re
 
 import pytest
+import yaml
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
 
+from selfspec.pipeline.config import ConfigError, check_config, renamed_keys, schema_errors
 from tiny_models import write_model_dir, write_tokenizer
-from workflow import copy_workflow, snakemake, write_config
+from workflow import REPO, copy_workflow, planned_jobs, snakemake, write_config
+
+SCHEMA = REPO / "config" / "schemas" / "config.schema.yaml"
+
+
+def parse_time_checks(config, basedir=REPO):
+    """What rules/common.smk does with the config before any job, in the same order and with the
+    same messages: earlier layouts refused by name, the schema (Snakemake's `validate`, which
+    fills in the schema's defaults), then every technique's own check. Returns the config with
+    its defaults filled in; raises ConfigError."""
+    config = copy.deepcopy(config)
+    if renamed_keys(config):
+        raise ConfigError("config keys were renamed:\n  " + "\n  ".join(renamed_keys(config)))
+    try:
+        validate(config, schema=str(SCHEMA))
+    except WorkflowError:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(schema_errors(config, SCHEMA))) from None
+    check_config(config, str(basedir))
+    return config
+
+
+def test_parse_time_checks_mirror_common_smk():
+    """If rules/common.smk changes what it runs at parse time, parse_time_checks must follow."""
+    text = (REPO / "rules" / "common.smk").read_text()
+    calls = [
+        "if renamed_keys(config):",
+        'raise ConfigError("config keys were renamed:\\n  " + "\\n  ".join(renamed_keys(config)))',
+        "validate(config, schema=str(SCHEMA))",
+        'raise ConfigError("invalid config:\\n  " + "\\n  ".join(schema_errors(config, SCHEMA))) from None',
+        "check_config(config, workflow.basedir)",
+    ]
+    where = [text.find(c) for c in calls]
+    assert -1 not in where, [c for c, w in zip(calls, where) if w == -1]
+    assert where == sorted(where)
+
 
 GOOD = {
     "models": {"tiny": {"source": None, "quantize": None}},
-    "selfspec": {
-        "strategies": ["middle"],
-        "skip_fractions": [0.2],
-        "draft_lengths": [2],
-        "max_tokens": 8,
-        "repeats": 1,
-        "prompt_set": "stdlib_code",
-    },
+    "generation": {"max_tokens": 8, "repeats": 1, "prompt_set": "stdlib_code"},
+    "layerskip": {"strategies": ["middle"], "skip_fractions": [0.2], "draft_lengths": [2]},
 }
+OTHER = {"quantize": None}
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cfg")
-    copy_workflow(d)
-    model = write_model_dir(d / "tiny", "llama", layers=6)
-    GOOD["models"]["tiny"]["source"] = str(model)
+def models(tmp_path_factory):
+    """The tiny model (6 layers) and another with a different vocabulary, set in GOOD/OTHER."""
+    d = tmp_path_factory.mktemp("models")
+    GOOD["models"]["tiny"]["source"] = str(write_model_dir(d / "tiny", "llama", layers=6))
     other = write_model_dir(d / "other", "llama", layers=2)
     write_tokenizer(other, vocab_size=280)
     OTHER["source"] = str(other)
-    # Something already computed, which a bad config must not touch.
-    (d / "results").mkdir()
-    (d / "results" / "keep.json").write_text('{"done": true}')
     return d
-
-
-OTHER = {"quantize": None}
 
 
 def with_pair(c, draft_source=None):
     c["models"]["draft"] = dict(OTHER) if draft_source is None else {"source": draft_source, "quantize": None}
-    c["specdec"] = {"pairs": [{"target": "tiny", "draft": "draft"}], "draft_lengths": [2]}
+    c["twomodel"] = {"pairs": [{"target": "tiny", "draft": "draft"}], "draft_lengths": [2]}
 
 
 def bad(edit):
@@ -49,31 +79,67 @@ def bad(edit):
     return cfg
 
 
+def layerskip(**kw):
+    return lambda c: c["layerskip"].update(**kw)
+
+
 CASES = {
-    "skip_above_one": (lambda c: c["selfspec"].update(skip_fractions=[1.5]), ["skip_fractions", "1.5"]),
-    "skip_zero": (lambda c: c["selfspec"].update(skip_fractions=[0]), ["skip_fractions", "0"]),
-    "draft_zero": (lambda c: c["selfspec"].update(draft_lengths=[0]), ["draft_lengths", "0"]),
-    "unknown_strategy": (lambda c: c["selfspec"].update(strategies=["random"]), ["strategies", "random"]),
-    "model_without_source": (lambda c: c["models"]["tiny"].pop("source"), ["source", "tiny"]),
-    "empty_grid": (lambda c: c["selfspec"].update(draft_lengths=[]), ["draft_lengths", "[]"]),
-    "no_models": (lambda c: c.update(models={}), ["models"]),
+    "skip_above_one": (layerskip(skip_fractions=[1.5]), ["layerskip.skip_fractions[0] = 1.5"]),
+    "skip_zero": (layerskip(skip_fractions=[0]), ["layerskip.skip_fractions[0] = 0"]),
+    "draft_zero": (layerskip(draft_lengths=[0]), ["layerskip.draft_lengths[0] = 0"]),
+    "unknown_strategy": (layerskip(strategies=["random"]), ["layerskip.strategies[0] = 'random'"]),
+    "unknown_engine": (layerskip(engines=["vllm"]), ["layerskip.engines[0] = 'vllm'"]),
+    "model_without_source": (lambda c: c["models"]["tiny"].pop("source"), ["models.tiny", "source"]),
+    "empty_grid": (layerskip(draft_lengths=[]), ["layerskip.draft_lengths = []"]),
+    "no_models": (lambda c: c.update(models={}), ["models = {}"]),
     "bad_model_name": (lambda c: c.update(models={"a/b": c["models"]["tiny"]}), ["a/b"]),
     "missing_source_dir": (
         lambda c: c["models"]["tiny"].update(source="/nonexistent/dir"),
         ["models.tiny.source", "/nonexistent/dir"],
     ),
     "skip_removes_edge_layer": (
-        lambda c: c["selfspec"].update(skip_fractions=[0.2, 0.9]),
-        ["skip_fractions", "0.9", "first or last layer", "tiny"],
+        layerskip(skip_fractions=[0.2, 0.9]),
+        ["layerskip.skip_fractions", "0.9", "first or last layer", "tiny"],
     ),
-    "unknown_prompt_set": (lambda c: c["selfspec"].update(prompt_set="nope"), ["prompt_set", "nope"]),
-    "specdec_vocab_mismatch": (with_pair, ["specdec.pairs[0]", "tokenizer vocabulary", "draft", "tiny"]),
-    "specdec_unknown_model": (
-        lambda c: (with_pair(c), c["specdec"]["pairs"][0].update(draft="nope")),
-        ["specdec.pairs[0].draft", "nope"],
+    "unknown_prompt_set": (lambda c: c["generation"].update(prompt_set="nope"), ["generation.prompt_set", "nope"]),
+    "generation_setting_left_in_layerskip": (
+        layerskip(max_tokens=8),
+        ["layerskip", "Additional properties are not allowed ('max_tokens' was unexpected)"],
+    ),
+    "no_generation_section": (lambda c: c.pop("generation"), ["'generation' is a required property"]),
+    "layerskip_unknown_model": (layerskip(models=["nope"]), ["layerskip.models", "nope"]),
+    "calibration_set_is_the_prompt_set": (
+        layerskip(strategies=["knapsack"], calibration_set="stdlib_code"),
+        ["layerskip.calibration_set", "generation.prompt_set ('stdlib_code')"],
+    ),
+    "twomodel_vocab_mismatch": (with_pair, ["twomodel.pairs[0]", "tokenizer vocabulary", "draft", "tiny"]),
+    "twomodel_unknown_model": (
+        # The grid on tiny alone: the 2-layer model, no longer a draft, would join it.
+        lambda c: (with_pair(c), c["twomodel"]["pairs"][0].update(draft="nope"), layerskip(models=["tiny"])(c)),
+        ["twomodel.pairs[0].draft", "nope"],
+    ),
+    "twomodel_draft_length_zero": (
+        lambda c: (with_pair(c), c["twomodel"].update(draft_lengths=[0])),
+        ["twomodel.draft_lengths[0] = 0"],
+    ),
+    "lookup_unknown_model": (
+        lambda c: c.update(lookup={"models": ["nope"], "max_ngrams": [4], "draft_lengths": [8]}),
+        ["lookup.models", "nope"],
+    ),
+    "lookup_ngram_below_min": (
+        lambda c: c.update(lookup={"models": ["tiny"], "max_ngrams": [2], "draft_lengths": [8]}),
+        ["lookup.max_ngrams", "2", "lookup.min_ngram (3)"],
+    ),
+    "lookup_without_draft_lengths": (
+        lambda c: c.update(lookup={"models": ["tiny"], "max_ngrams": [4]}),
+        ["lookup", "'draft_lengths' is a required property"],
+    ),
+    "earlier_study_unknown_technique": (
+        lambda c: c.update(comparison={"earlier_study": {"specdec": {"num_draft": 2}}}),
+        ["comparison.earlier_study", "specdec"],
     ),
     "unknown_question_set": (lambda c: c.update(quality={"question_set": "nope"}), ["quality.question_set", "nope"]),
-    "bad_quantize": (lambda c: c["models"]["tiny"].update(quantize={"bits": 7}), ["bits", "7"]),
+    "bad_quantize": (lambda c: c["models"]["tiny"].update(quantize={"bits": 7}), ["models.tiny.quantize", "7"]),
     "adapter_base_unknown": (
         lambda c: c["models"].update(diff={"source": c["models"]["tiny"]["source"], "base": "nope"}),
         ["models.diff.base", "nope"],
@@ -88,7 +154,7 @@ CASES = {
     ),
     "diffusion_threshold_above_one": (
         lambda c: c.update(diffusion={"pairs": [{"model": "tiny", "baseline": "tiny"}], "thresholds": [1.5]}),
-        ["thresholds", "1.5"],
+        ["diffusion.thresholds[0] = 1.5"],
     ),
     "diffusion_threshold_not_a_short_decimal": (
         lambda c: c.update(diffusion={"pairs": [{"model": "tiny", "baseline": "tiny"}], "thresholds": [1e-05]}),
@@ -108,35 +174,83 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_config_is_named_before_any_job(workdir, case):
+def test_bad_config_is_named_at_parse_time(models, case):
     edit, words = CASES[case]
-    write_config(workdir, bad(edit), "bad.yaml")
-    before = sorted(p.name for p in (workdir / "results").rglob("*"))
-    proc = snakemake(workdir, "--cores", "1", config="config/bad.yaml", check=False)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
+    with pytest.raises(ConfigError) as err:
+        parse_time_checks(bad(edit))
     for w in words:
-        assert w in out, f"error for {case} should mention {w!r}:\n{out[-2000:]}"
-    assert "Select jobs to execute" not in out
-    assert sorted(p.name for p in (workdir / "results").rglob("*")) == before
-    assert (workdir / "results" / "keep.json").read_text() == '{"done": true}'
+        assert w in str(err.value), f"error for {case} should mention {w!r}:\n{err.value}"
 
 
-def test_good_config_plans(workdir):
-    write_config(workdir, GOOD, "good.yaml")
-    proc = snakemake(workdir, "-n", "--cores", "1", config="config/good.yaml")
-    assert "selfspec_cell" in proc.stdout
+def test_good_config_passes_with_defaults_filled(models):
+    cfg = parse_time_checks(GOOD)
+    assert cfg["generation"]["warmup"] == 1 and cfg["generation"]["require_lossless"] is False
+    assert cfg["layerskip"]["engines"] == ["mlx_lm"] and cfg["layerskip"]["auto_margin"] == 0.05
 
 
-def test_schema_enums_match_the_registries(repo):
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "config").glob("*.yaml")))
+def test_shipped_configs_pass(name):
+    from snakemake.utils import update_config
+
+    cfg = yaml.safe_load((REPO / "config" / name).read_text())
+    if "models" not in cfg:
+        # An overlay (config/engines.yaml): given after the default, merged as Snakemake merges.
+        base = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+        update_config(base, cfg)
+        cfg = base
+    parse_time_checks(cfg)
+
+
+# An earlier layout: every setting under `selfspec:`, the two-model grid under `specdec:`, the
+# earlier study under `techniques.seeds`.
+OLD = {
+    "models": {"tiny": {"source": "models/stdlib-llama-3l", "quantize": None}},
+    "selfspec": {
+        "strategies": ["middle"],
+        "skip_fractions": [0.2],
+        "draft_lengths": [2],
+        "max_tokens": 8,
+        "repeats": 1,
+        "prompt_set": "stdlib_code",
+    },
+    "specdec": {"pairs": [{"target": "tiny", "draft": "tiny"}], "draft_lengths": [2]},
+    "techniques": {"seeds": {"selfspec": {"strategy": "middle", "skip_fraction": 0.2, "num_draft": 2}}},
+}
+NEW_KEYS = {
+    "selfspec": ["`generation:`", "`layerskip:`"],
+    "specdec": ["`twomodel:`"],
+    "techniques": ["comparison.earlier_study"],
+}
+
+
+@pytest.mark.parametrize("old", sorted(NEW_KEYS))
+def test_earlier_layout_is_refused_naming_the_new_key(old):
+    """Each old key alone, beside an otherwise new config, is refused before the schema speaks."""
+    cfg = copy.deepcopy(GOOD)
+    cfg["models"]["tiny"]["source"] = "models/stdlib-llama-3l"
+    cfg[old] = OLD[old]
+    with pytest.raises(ConfigError) as err:
+        parse_time_checks(cfg)
+    msg = str(err.value)
+    assert msg.startswith("config keys were renamed:") and "invalid config" not in msg
+    assert re.search(rf"^  {old}: ", msg, re.M)
+    for key in NEW_KEYS[old]:
+        assert key in msg, (old, key, msg)
+
+
+def test_renamed_keys_names_every_old_key():
+    lines = renamed_keys(OLD)
+    assert [line.split(":")[0] for line in lines] == ["selfspec", "specdec", "techniques"]
+    assert renamed_keys(GOOD) == []
+
+
+def test_schema_enums_match_the_registries():
     """A strategy or engine is added in its registry; the schema must list exactly those."""
-    import yaml
-
     from selfspec.layerskip.engines import ENGINES
     from selfspec.layerskip.strategies import STRATEGIES
 
-    schema = yaml.safe_load((repo / "config/schemas/config.schema.yaml").read_text())
-    s = schema["properties"]["selfspec"]["properties"]
+    schema = yaml.safe_load(SCHEMA.read_text())
+    s = schema["properties"]["layerskip"]["properties"]
     strategy_enums = [
         s["strategies"]["items"]["enum"],
         s["per_strategy"]["propertyNames"]["enum"],
@@ -151,3 +265,56 @@ def test_schema_enums_match_the_registries(repo):
         assert tuple(enum) == STRATEGIES
     for enum in engine_enums:
         assert tuple(enum) == ENGINES
+
+
+def test_schema_has_a_section_per_technique():
+    from selfspec.techniques import REGISTRY
+
+    schema = yaml.safe_load(SCHEMA.read_text())
+    assert set(REGISTRY) <= set(schema["properties"])
+    assert set(schema["properties"]["comparison"]["properties"]["earlier_study"]["properties"]) <= set(REGISTRY)
+
+
+# --- through real Snakemake -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, models):
+    d = tmp_path_factory.mktemp("cfg")
+    copy_workflow(d)
+    # Something already computed, which a bad config must not touch.
+    (d / "results").mkdir()
+    (d / "results" / "keep.json").write_text('{"done": true}')
+    return d
+
+
+def tree(d):
+    return sorted((str(p.relative_to(d)), p.stat().st_mtime_ns) for p in d.rglob("*"))
+
+
+@pytest.mark.slow
+def test_earlier_layout_stops_snakemake_before_any_job(workdir):
+    """The one bad config run through Snakemake itself: the message reaches the user, no job is
+    planned, and nothing under results/ is written or touched."""
+    cfg = copy.deepcopy(OLD)
+    cfg["models"]["tiny"]["source"] = GOOD["models"]["tiny"]["source"]
+    write_config(workdir, cfg, "old.yaml")
+    before = tree(workdir / "results")
+    proc = snakemake(workdir, "--cores", "1", config="config/old.yaml", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "config keys were renamed" in out
+    for old, keys in NEW_KEYS.items():
+        assert f"{old}: " in out
+        for key in keys:
+            assert key in out, f"the error should name {key!r}:\n{out[-2000:]}"
+    assert "Select jobs to execute" not in out and "Job stats" not in out
+    assert tree(workdir / "results") == before
+    assert (workdir / "results" / "keep.json").read_text() == '{"done": true}'
+
+
+@pytest.mark.slow
+def test_good_config_plans(workdir):
+    write_config(workdir, GOOD, "good.yaml")
+    jobs = planned_jobs(workdir, config="config/good.yaml")
+    assert jobs["selfspec_cell"] == 1 and jobs["reference_outputs"] == 1 and jobs["all"] == 1

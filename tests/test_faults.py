@@ -14,9 +14,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 
 from tiny_models import write_model_dir, write_sharded_copy
 from workflow import copy_workflow, planned_jobs, snakemake, write_config
+
+# Every test here runs real Snakemake sweeps.
+pytestmark = pytest.mark.slow
 
 SUMMARY = "results/summary.md"
 
@@ -24,16 +28,8 @@ SUMMARY = "results/summary.md"
 def base_config(models, skips, max_tokens=12, repeats=1):
     return {
         "models": {name: {"source": str(src), "quantize": None} for name, src in models.items()},
-        "selfspec": {
-            "strategies": ["middle"],
-            "engines": ["mlx_lm"],
-            "skip_fractions": skips,
-            "draft_lengths": [2],
-            "max_tokens": max_tokens,
-            "repeats": repeats,
-            "warmup": 0,
-            "prompt_set": "stdlib_code",
-        },
+        "generation": {"max_tokens": max_tokens, "repeats": repeats, "warmup": 0, "prompt_set": "stdlib_code"},
+        "layerskip": {"strategies": ["middle"], "engines": ["mlx_lm"], "skip_fractions": skips, "draft_lengths": [2]},
         "profile": {"contexts": [16, 64, 256], "repeats": 3},
     }
 
@@ -219,7 +215,7 @@ def test_divergence_is_reported_then_refused(tmp_path):
     assert (d / "results/tables/selfspec_sweep.md").read_text().count("**NO: diverged**") == 2
 
     # require_lossless on: aggregation re-checks the cells it already has, and refuses them.
-    cfg["selfspec"]["require_lossless"] = True
+    cfg["generation"]["require_lossless"] = True
     write_config(d, cfg)
     assert planned_jobs(d, SUMMARY) == {"aggregate": 1}
     proc = snakemake(d, "--cores", "1", SUMMARY, check=False)

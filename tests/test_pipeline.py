@@ -6,7 +6,10 @@ import re
 import pytest
 
 from tiny_models import write_model_dir
-from workflow import copy_workflow, planned_jobs, snakemake, write_config
+from workflow import copy_workflow, plan, planned_jobs, snakemake, write_config
+
+# A real sweep (the module's fixture), then Snakemake's dry runs.
+pytestmark = pytest.mark.slow
 
 SKIPS = [0.2, 0.4]
 DRAFTS = [2, 3]
@@ -22,7 +25,8 @@ def run(tmp_path_factory):
             "tiny": {"source": str(src), "quantize": None},
             "tiny-q4": {"source": str(src), "quantize": {"bits": 4, "group_size": 64}},
         },
-        "selfspec": {
+        "generation": {"max_tokens": 12, "repeats": 1, "warmup": 1, "prompt_set": "stdlib_code"},
+        "layerskip": {
             "strategies": ["middle", "knapsack", "auto", "search"],
             "engines": ["mlx_lm"],
             "skip_fractions": SKIPS,
@@ -32,10 +36,6 @@ def run(tmp_path_factory):
                 "auto": {"engines": ["ours"], "skip_fractions": [0.5], "draft_lengths": [3]},
                 "search": {"engines": ["ours"], "skip_fractions": [0.5], "draft_lengths": [3]},
             },
-            "max_tokens": 12,
-            "repeats": 1,
-            "warmup": 1,
-            "prompt_set": "stdlib_code",
             "calibration_set": "stdlib_calib",
             "calibration_tokens": 16,
             "draft_threshold": 0.6,
@@ -277,7 +277,7 @@ def test_nothing_to_do_after_a_run(run):
 def test_new_grid_value_schedules_only_new_cells(run):
     d, cfg = run
     grown = json.loads(json.dumps(cfg))
-    grown["selfspec"]["draft_lengths"] = DRAFTS + [4]
+    grown["layerskip"]["draft_lengths"] = DRAFTS + [4]
     write_config(d, grown, "grown.yaml")
     jobs = planned_jobs(d, config="config/grown.yaml")
     assert jobs == {"selfspec_cell": 2 * len(SKIPS), "aggregate": 1, "plot_selfspec": 1, "plot_adaptive": 1, "all": 1}
@@ -286,7 +286,7 @@ def test_new_grid_value_schedules_only_new_cells(run):
 def test_auto_margin_reruns_only_auto_cells(run):
     d, cfg = run
     changed = json.loads(json.dumps(cfg))
-    changed["selfspec"]["auto_margin"] = 0.2
+    changed["layerskip"]["auto_margin"] = 0.2
     write_config(d, changed, "margin.yaml")
     jobs = planned_jobs(d, config="config/margin.yaml")
     assert jobs == {"selfspec_cell": 2, "aggregate": 1, "plot_selfspec": 1, "plot_adaptive": 1, "all": 1}
@@ -325,30 +325,35 @@ def test_changing_one_model_reruns_only_that_model(run):
     }
 
 
-def test_study_plans_the_seeds_cells(repo):
-    from workflow import snakemake as run_snakemake
-
-    proc = run_snakemake(repo, "-n", "--cores", "1", config="config/study.yaml")
-    out = proc.stdout
-    middle = sorted(
-        {l.split("output: ")[1] for l in out.splitlines() if "output: results/selfspec/" in l and "/middle/" in l}
-    )
+def test_study_plans_the_earlier_study_cells(tmp_path):
+    copy_workflow(tmp_path)
+    jobs = plan(tmp_path, config="config/study.yaml")["jobs"]
+    outputs = sorted(o for j in jobs for o in j["output"])
+    selfspec = [o for o in outputs if o.startswith("results/selfspec/")]
+    middle = [o for o in selfspec if "/middle/" in o]
     expected = sorted(
         f"results/selfspec/{m}/middle/skip{f}_draft{k}.json"
         for m in ("qwen3-4b-4bit", "llama3.1-8b-4bit")
         for f in ("0.1", "0.2", "0.3", "0.5")
         for k in (2, 3, 5)
     )
-    assert middle == expected  # the seeds' 24 cells, on mlx-lm's loop
-    adaptive = [l for l in out.splitlines() if "output: results/selfspec/" in l and "/middle/" not in l]
-    assert any("/knapsack/" in l for l in adaptive) and any("/auto/" in l for l in adaptive)
+    assert middle == expected  # the earlier study's 24 cells, on mlx-lm's loop
+    adaptive = [o for o in selfspec if "/middle/" not in o]
+    assert any("/knapsack/" in o for o in adaptive) and any("/auto/" in o for o in adaptive)
     # LLaDA2.0-mini against both autoregressive targets, block 32, thresholds 0.95 and 0.9,
     # with its own quality at each setting; it is no self-speculation model.
-    diffusion = sorted({l.split("output: ")[1] for l in out.splitlines() if "output: results/diffusion/" in l})
+    diffusion = [o for o in outputs if o.startswith("results/diffusion/")]
     assert diffusion == sorted(
         f"results/diffusion/llada2-mini-4bit/{b}/block32_thr{t}.json"
         for b in ("qwen3-4b-4bit", "llama3.1-8b-4bit")
         for t in ("0.95", "0.9")
     )
-    assert "results/quality/llada2-mini-4bit/general_21/block32_thr0.9.json" in out
-    assert "results/selfspec/llada2-mini-4bit" not in out
+    assert "results/quality/llada2-mini-4bit/general_21/block32_thr0.9.json" in outputs
+    assert not any(o.startswith("results/selfspec/llada2-mini-4bit") for o in outputs)
+    # Prompt lookup on both targets, and two-model speculation on its one pair.
+    assert [o for o in outputs if o.startswith("results/lookup/")] == sorted(
+        f"results/lookup/{m}/ngram4_draft8.json" for m in ("qwen3-4b-4bit", "llama3.1-8b-4bit")
+    )
+    assert [o for o in outputs if o.startswith("results/specdec/")] == sorted(
+        f"results/specdec/llama3.1-8b-4bit/llama3.2-1b-4bit/draft{k}.json" for k in (1, 2, 3, 4, 6)
+    )

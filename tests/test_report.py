@@ -1,5 +1,5 @@
-"""Workflow conventions checked without running a job: `snakemake --lint`, every job's log and
-benchmark paths, the report's captions, and the conda environment file.
+"""Workflow conventions checked without running a job: `snakemake --lint` and every job's log and
+benchmark paths (slow: real Snakemake), the report's captions, and the conda environment file.
 (tests/test_pipeline.py builds the report itself from a finished run.)"""
 
 import re
@@ -10,13 +10,14 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from workflow import REPO, copy_workflow, snakemake
+from workflow import REPO, copy_workflow, plan, snakemake
 
 
 def lint_titles(out: str):
     return re.findall(r"^    \* (.+?):?$", out, flags=re.M)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", ["config/config.yaml", "config/study.yaml"])
 def test_lint_is_clean(tmp_path, config):
     from selfspec.pipeline.config import timing_blas
@@ -34,18 +35,6 @@ def test_lint_is_clean(tmp_path, config):
         assert all(t.startswith("Environment variable LD_PRELOAD") for t in titles), out
 
 
-def dry_run_jobs(workdir: Path, *targets: str, config: str):
-    """(rule, {field: value}) of every job a dry run prints."""
-    out = snakemake(workdir, "-n", "--cores", "1", *targets, config=config).stdout
-    jobs = []
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
-        m = re.match(r"(?:local)?rule (\w+):\n", block)
-        if m:
-            fields = dict(re.findall(r"^    (\w+): (.*)$", block, flags=re.M))
-            jobs.append((m.group(1), fields))
-    return jobs
-
-
 # Rules with one output per job; the tables' and plots' logs are named after the rule instead.
 MIRRORED = {
     "reference_outputs",
@@ -54,6 +43,8 @@ MIRRORED = {
     "search_model",
     "selfspec_cell",
     "specdec_cell",
+    "lookup_cell",
+    "noise_floor",
     "quality_score",
     "diffusion_cell",
     "diffusion_quality",
@@ -61,15 +52,19 @@ MIRRORED = {
 }
 
 
+@pytest.mark.slow
 def test_every_job_logs_and_benchmarks_under_its_own_tree(tmp_path):
     copy_workflow(tmp_path)
-    # The study plans every rule: hub models, all four strategies, two-model cells, quality.
-    jobs = dry_run_jobs(tmp_path, "all", "bench", config="config/study.yaml")
-    rules = {r for r, _ in jobs}
+    # The study plans every rule: hub models, all four strategies, two-model, lookup and
+    # diffusion cells, quality.
+    jobs = plan(tmp_path, "all", "bench", config="config/study.yaml")["jobs"]
+    rules = {j["rule"] for j in jobs}
     assert {
         "fetch_model",
         "quantize_model",
         "specdec_cell",
+        "lookup_cell",
+        "noise_floor",
         "quality_score",
         "diffusion_cell",
         "diffusion_quality",
@@ -79,14 +74,16 @@ def test_every_job_logs_and_benchmarks_under_its_own_tree(tmp_path):
         "engine_bench",
         "search_model",
     } <= rules
-    for rule, f in jobs:
+    for j in jobs:
+        rule = j["rule"]
         if rule in ("all", "bench"):
             continue
-        log, bench = f["log"], f["benchmark"]
+        assert len(j["log"]) == 1, (rule, j["log"])
+        log, bench = j["log"][0], j["benchmark"]
         assert log.startswith("logs/") and log.endswith(".log"), (rule, log)
         assert bench == "benchmarks/" + log[len("logs/") : -len(".log")] + ".tsv", (rule, bench)
         if rule in MIRRORED:
-            out = f["output"]
+            (out,) = j["output"]
             assert log == "logs/" + out[len("results/") :].rsplit(".", 1)[0] + ".log", (rule, log)
 
 

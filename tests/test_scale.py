@@ -4,7 +4,6 @@ aggregation and a summary that stays readable."""
 import json
 import random
 import time
-from pathlib import Path
 
 import pytest
 
@@ -214,20 +213,14 @@ def test_thousand_cells_aggregate_in_seconds(tmp_path):
     assert (out / "sweep.md").read_text().count("\n") == 1000 + 2
 
 
+@pytest.mark.slow
 def test_thousand_cell_grid_dry_run_is_fast(tmp_path):
     copy_workflow(tmp_path)
     src = str(REPO / "models" / "stdlib-llama-12l")
     cfg = {
         "models": {m: {"source": src, "quantize": None} for m in MODELS},
-        "selfspec": {
-            "strategies": ["middle"],
-            "engines": ENGINES,
-            "skip_fractions": SKIPS,
-            "draft_lengths": DRAFTS,
-            "max_tokens": 24,
-            "repeats": 2,
-            "prompt_set": "stdlib_code",
-        },
+        "generation": {"max_tokens": 24, "repeats": 2, "prompt_set": "stdlib_code"},
+        "layerskip": {"strategies": ["middle"], "engines": ENGINES, "skip_fractions": SKIPS, "draft_lengths": DRAFTS},
     }
     write_config(tmp_path, cfg)
     t0 = time.perf_counter()

@@ -1,6 +1,7 @@
 """The sweep through a real SLURM cluster (profiles/slurm), beside a local run of the same
 config. Start a one-node cluster with `tools/slurm_cluster.sh start` (root, Debian); without
-one the cluster tests skip."""
+one the cluster tests (slow) skip. Which rules get a node alone is read from the workflow's
+rules through Snakemake's API, without a cluster."""
 
 import json
 import re
@@ -12,6 +13,7 @@ import yaml
 
 from tiny_models import write_model_dir
 from workflow import REPO, copy_workflow, snakemake, write_config
+from workflow import rules as rule_resources
 
 UP = {"idle", "mixed", "allocated", "completing"}
 
@@ -35,39 +37,42 @@ def no_cluster():
     return None
 
 
-def timing_rules():
-    """The rules whose jobs are timed: they declare the `timing` resource."""
-    rules = {}
-    for smk in (REPO / "rules").glob("*.smk"):
-        for name, body in re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", smk.read_text(), re.M | re.S):
-            rules[name] = "timing=1" in body
-    return {name for name, timed in rules.items() if timed}
+@pytest.fixture(scope="module")
+def declared(tmp_path_factory):
+    """Every rule's resources, as Snakemake reads them from the workflow (config/stdlib.yaml,
+    whose models ship with the repository)."""
+    return rule_resources(copy_workflow(tmp_path_factory.mktemp("rules")), config="config/stdlib.yaml")
 
 
-def test_every_timing_rule_gets_a_node_to_itself():
+def test_every_timing_rule_gets_a_node_to_itself(declared):
+    """A rule declaring the `timing` resource (rules/common.smk's TIMING) also asks SLURM for a
+    node of its own, and the profile does not override that."""
+    from selfspec.techniques import REGISTRY
+
+    timing = {name for name, res in declared.items() if "timing" in res}
+    # Every technique's cell rule is timed, and so are the other rules whose numbers are timings.
+    assert {t.rule for t in REGISTRY.values()} | {"reference_outputs", "profile_model", "noise_floor"} <= timing
+    for name in sorted(timing):
+        assert declared[name]["timing"] == 1, name
+        assert "--exclusive" in str(declared[name].get("slurm_extra", "")).split(), (name, declared[name])
+    # Nothing else asks for a node alone: conversions share nodes as usual.
+    assert not [n for n, r in declared.items() if n not in timing and "--exclusive" in str(r.get("slurm_extra", ""))]
+    # The profile may add per-rule resources (mem_mb, constraint), but a slurm_extra there would
+    # replace a timing rule's own.
     profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
     assert profile["executor"] == "slurm"
-    exclusive = {r for r, res in profile["set-resources"].items() if "--exclusive" in res.get("slurm_extra", "")}
-    assert timing_rules() and timing_rules() <= exclusive
+    overridden = [r for r, res in (profile.get("set-resources") or {}).items() if "slurm_extra" in res]
+    assert not overridden, f"profiles/slurm sets slurm_extra for {overridden}, replacing --exclusive"
 
 
 CFG = {
     "models": {"tiny": {"source": None, "quantize": None}},
-    "selfspec": {
-        "strategies": ["middle"],
-        "engines": ["mlx_lm"],
-        "skip_fractions": [0.2, 0.4],
-        "draft_lengths": [2],
-        "max_tokens": 12,
-        "repeats": 1,
-        "warmup": 1,
-        "prompt_set": "stdlib_code",
-    },
+    "generation": {"max_tokens": 12, "repeats": 1, "warmup": 1, "prompt_set": "stdlib_code"},
+    "layerskip": {"strategies": ["middle"], "engines": ["mlx_lm"], "skip_fractions": [0.2, 0.4], "draft_lengths": [2]},
     "profile": {"contexts": [16, 64, 256], "repeats": 3, "models": ["tiny"]},
 }
 # The jobs that go to SLURM; fetching, aggregation and plots are local rules.
 SUBMITTED = {"quantize_model": 1, "reference_outputs": 1, "profile_model": 1, "selfspec_cell": 2, "noise_floor": 1}
-TIMING = {"reference_outputs", "profile_model", "selfspec_cell", "noise_floor"}
 
 
 def setup(d, src):
@@ -113,6 +118,7 @@ def cells(d):
     return sorted((d / "results" / "selfspec").rglob("*.json"))
 
 
+@pytest.mark.slow
 def test_jobs_went_through_slurm(runs):
     _, _, ids, jobs = runs
     assert len(ids) == sum(SUBMITTED.values())
@@ -122,16 +128,18 @@ def test_jobs_went_through_slurm(runs):
     assert {r: rules.count(r) for r in rules} == SUBMITTED
 
 
-def test_timing_jobs_had_their_node_alone(runs):
+@pytest.mark.slow
+def test_timing_jobs_had_their_node_alone(runs, declared):
     _, _, _, jobs = runs
     for j in jobs:
-        timed = re.match(r"rule_(\w+?)_wildcards_", j["comment"]).group(1) in TIMING
+        timed = "timing" in declared[re.match(r"rule_(\w+?)_wildcards_", j["comment"]).group(1)]
         assert (j["oversubscribe"] == "NO") == timed
         if timed:
             # One node: no other job of the run overlapped a timing job.
             assert all(o["end"] <= j["start"] or o["start"] >= j["end"] for o in jobs if o is not j)
 
 
+@pytest.mark.slow
 def test_same_outputs_as_a_local_run(runs):
     local, cluster, _, _ = runs
     assert outputs(cluster) == outputs(local)
@@ -143,6 +151,7 @@ def test_same_outputs_as_a_local_run(runs):
         assert [set(p) for p in ca["per_prompt"]] == [set(p) for p in cb["per_prompt"]]
 
 
+@pytest.mark.slow
 def test_every_cell_is_lossless(runs):
     _, cluster, _, _ = runs
     for p in cells(cluster):
