@@ -15,7 +15,7 @@ from selfspec.layerskip.strategies import REGISTRY as STRATEGY_REGISTRY
 from selfspec.layerskip.technique import adaptive_models
 from selfspec.techniques import REGISTRY as TECHNIQUES, lossless
 
-SCHEMA = Path(workflow.basedir) / "config" / "schemas" / "config.schema.yaml"
+SCHEMA = Path(workflow.basedir, "config", "schemas", "config.schema.yaml")
 # An earlier config layout is refused with the new key's name, before the schema's message.
 if renamed_keys(config):
     raise ConfigError("config keys were renamed:\n  " + "\n  ".join(renamed_keys(config)))
@@ -75,12 +75,12 @@ def output_path(pattern, **wildcards):
 
 def log_path(output):
     """results/<path>.json -> logs/<path>.log"""
-    return "logs/" + output.removeprefix("results/").removesuffix(".json") + ".log"
+    return f"logs/{output.removeprefix('results/').removesuffix('.json')}.log"
 
 
 def benchmark_path(output):
     """results/<path>.json -> benchmarks/<path>.tsv"""
-    return "benchmarks/" + output.removeprefix("results/").removesuffix(".json") + ".tsv"
+    return f"benchmarks/{output.removeprefix('results/').removesuffix('.json')}.tsv"
 
 
 def get_model_source(wildcards):
