@@ -48,6 +48,7 @@ include: "rules/bench.smk"
 # quick and read every cell, and fetching needs the network that compute nodes may lack.
 localrules:
     fetch_model,
+    prompt_set,
     aggregate,
     plot_selfspec,
     plot_adaptive,

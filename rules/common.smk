@@ -11,6 +11,7 @@ from snakemake.utils import validate
 
 from selfspec.pipeline.config import ConfigError, check_config, renamed_keys, schema_errors, timing_blas
 from selfspec.core.guards import guard_environment
+from selfspec.core.prompts import prompt_set_file
 from selfspec.layerskip.strategies import REGISTRY as STRATEGY_REGISTRY
 from selfspec.layerskip.technique import adaptive_models
 from selfspec.techniques import REGISTRY as TECHNIQUES, lossless
@@ -103,8 +104,14 @@ def model_dir(name):
     return output_path(rules.quantize_model.output[0], model=name)
 
 
+def get_prompt_source(wildcards):
+    """A prompt set as shipped (config/prompts/<name>.yaml, or a Spec-Bench .jsonl)."""
+    return str(prompt_set_file(PROMPTS_DIR, wildcards.prompt_set))
+
+
 def get_prompt_set(wildcards):
-    return str(PROMPTS_DIR / f"{PROMPT_SET}.yaml")
+    """The prompts every cell times: the set, narrowed by generation.per_category."""
+    return output_path(rules.prompt_set.output[0], prompt_set=PROMPT_SET)
 
 
 def get_reference(wildcards):
@@ -158,7 +165,7 @@ def get_profile_path(wildcards):
 
 
 def get_calibration_prompts(wildcards):
-    return str(PROMPTS_DIR / f"{CALIBRATION_SET}.yaml")
+    return str(prompt_set_file(PROMPTS_DIR, CALIBRATION_SET))
 
 
 def strategy_input_rule(need):

@@ -4,6 +4,22 @@
 # benchmarks/ (results/selfspec/... -> logs/selfspec/..., benchmarks/selfspec/...).
 
 
+rule prompt_set:
+    input:
+        get_prompt_source,
+    output:
+        "results/prompts/{prompt_set}.yaml",
+    log:
+        "logs/prompts/{prompt_set}.log",
+    conda:
+        "../envs/selfspec.yaml"
+    params:
+        # The first N prompts of each category (generation.per_category), or all of them.
+        per_category=GENERATION.get("per_category"),
+    script:
+        "../scripts/prompt_set.py"
+
+
 rule reference_outputs:
     input:
         model=get_model_dir,

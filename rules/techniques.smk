@@ -121,6 +121,7 @@ rule question_check:
     params:
         max_tokens=config.get("quality", {}).get("max_tokens", 32),
         earlier_study=config.get("comparison", {}).get("earlier_study", {}),
+        check=QUALITY["check_lossless"] if QUALITY else True,
     script:
         "../scripts/question_check.py"
 
@@ -154,6 +155,20 @@ rule compare_techniques:
             subcategory="all models",
             labels={"result": "per-prompt decode speed", "file": "CSV"},
         ),
+        by_category=report(
+            "results/tables/techniques_by_category.csv",
+            caption="../report/techniques_by_category.rst",
+            category="Techniques compared",
+            subcategory="all models",
+            labels={"result": "speedup by task category", "file": "CSV"},
+        ),
+        by_category_md=report(
+            "results/tables/techniques_by_category.md",
+            caption="../report/techniques_by_category.rst",
+            category="Techniques compared",
+            subcategory="all models",
+            labels={"result": "speedup by task category", "file": "Markdown"},
+        ),
         answers=report(
             "results/tables/techniques_answers.csv",
             caption="../report/techniques_answers.rst",
@@ -177,6 +192,7 @@ rule plot_techniques:
     input:
         table=rules.compare_techniques.output.csv,
         per_prompt=rules.compare_techniques.output.per_prompt,
+        by_category=rules.compare_techniques.output.by_category,
     output:
         speedup=report(
             "results/plots/techniques_speedup.png",
@@ -191,6 +207,13 @@ rule plot_techniques:
             category="Techniques compared",
             subcategory="all models",
             labels={"result": "per-prompt decode speed by technique", "file": "figure"},
+        ),
+        regime_map=report(
+            "results/plots/regime_map.png",
+            caption="../report/regime_map.rst",
+            category="Techniques compared",
+            subcategory="all models",
+            labels={"result": "regime map: speedup by technique and task category", "file": "figure"},
         ),
         by_length=report(
             "results/plots/techniques_by_length.png",

@@ -15,4 +15,6 @@ write_comparison(
     own_quality_paths=snakemake.input.own_quality,
     check_paths=snakemake.input.checks,
     answers_path=snakemake.output.answers,
+    category_csv=snakemake.output.by_category,
+    category_md=snakemake.output.by_category_md,
 )

@@ -16,5 +16,6 @@ result = check_rows(
     model_name=snakemake.wildcards.model,
     max_tokens=snakemake.params.max_tokens,
     earlier_study=snakemake.params.earlier_study,
+    best_only=snakemake.params.check == "best",
 )
 write_json(result, snakemake.output[0])

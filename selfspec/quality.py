@@ -37,9 +37,10 @@ def check_rows(
     model_name: str,
     max_tokens: int,
     earlier_study: Dict,
+    best_only: bool = False,
 ) -> Dict:
-    """The comparison's lossless rows run on the question set: each row's tokens against
-    plain's (`plain`, the quality_score result) and its score."""
+    """The comparison's lossless rows (`best_only`: each technique's best) run on the question
+    set: each row's tokens against plain's (`plain`, the quality_score result) and its score."""
     plain_tokens = plain.get("answer_tokens")
     if plain_tokens is None or plain.get("max_tokens") != max_tokens:
         raise ValueError(
@@ -49,7 +50,7 @@ def check_rows(
     model, tokenizer = load(model_path)
     extra = {name: load(path)[0] for name, path in extra_model_paths.items()}
     rows = []
-    for t, row, label, cell in chosen_rows(model_name, cells, earlier_study):
+    for t, row, label, cell in chosen_rows(model_name, cells, earlier_study, best_only=best_only):
         make = t.rebuilder()(model, cell, max_tokens, extra)
         log(f"{row} ({label}):")
         answered = answer_questions(tokenizer, question_path, make)

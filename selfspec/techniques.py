@@ -32,12 +32,14 @@ def converters() -> Dict[str, str]:
     return {k: v for t in REGISTRY.values() for k, v in t.converters.items()}
 
 
-def chosen_rows(target: str, cells: List[Dict], earlier_study: Dict, techniques=None):
+def chosen_rows(target: str, cells: List[Dict], earlier_study: Dict, techniques=None, best_only: bool = False):
     """The rows of one target that stand in the comparison, as (technique, row name, config
     label, cell), in registry order: each technique's own choice from its cells (by default
-    the lossless techniques': the rows the question-set check runs)."""
+    the lossless techniques': the rows the question-set check runs). `best_only`: each
+    technique's first row, its best."""
     out = []
     for t in lossless() if techniques is None else techniques:
         own = [c for c in cells if c.get("technique") == t.name and c["target"] == target]
-        out += [(t, row, label, cell) for row, label, cell in t.rows(target, own, (earlier_study or {}).get(t.name))]
+        rows = t.rows(target, own, (earlier_study or {}).get(t.name))
+        out += [(t, row, label, cell) for row, label, cell in (rows[:1] if best_only else rows)]
     return out

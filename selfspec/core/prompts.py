@@ -1,59 +1,134 @@
-"""Prompt sets: YAML files under config/prompts/, tokenized the way each model expects."""
+"""Prompt sets: files under config/prompts/, tokenized the way each model expects.
 
-from dataclasses import dataclass
+A set is YAML (`{description, format, prompts: [{id, text | turns, category}]}`) or JSON
+lines in Spec-Bench's format (`{question_id, category, turns}` per line, chat format). A
+prompt of several turns is a conversation: each later turn is asked after the model's own
+greedy answer to the one before, as Spec-Bench does (MT-bench's second turns).
+"""
+
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import yaml
 
 PROMPT_FORMATS = ("auto", "chat", "raw")
+SUFFIXES = (".yaml", ".jsonl")
 
 
 @dataclass
 class Prompt:
     id: str
-    text: str
+    turns: List[str]
+    category: Optional[str] = None
+
+    @property
+    def text(self) -> str:
+        return self.turns[0]
 
 
-def load_prompt_set(path) -> Dict[str, Any]:
-    """A prompt set file: {description, format, prompts: [{id, text}]}."""
+@dataclass
+class PromptSet:
+    prompts: List[Prompt]
+    format: str = "auto"
+    chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+
+def prompt_set_file(directory, name: str) -> Path:
+    """The file of a named prompt set: <directory>/<name>.yaml, else <name>.jsonl."""
+    for suffix in SUFFIXES:
+        path = Path(directory) / f"{name}{suffix}"
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"prompt set '{name}' has no file {Path(directory) / name}{{{','.join(SUFFIXES)}}}")
+
+
+def _from_jsonl(path: Path) -> PromptSet:
+    prompts = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            q = json.loads(line)
+            prompts.append(Prompt(str(q["question_id"]), [str(t) for t in q["turns"]], q.get("category")))
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"prompt set {path}, line {n}: not a {{question_id, category, turns}} record ({e})")
+    return PromptSet(prompts, "chat", {"enable_thinking": False}, f"{path.name} (Spec-Bench format)")
+
+
+def _from_yaml(path: Path) -> PromptSet:
+    data = yaml.safe_load(path.read_text()) or {}
+    prompts = []
+    for p in data.get("prompts") or []:
+        turns = p.get("turns") or ([p["text"]] if "text" in p else [])
+        if not turns:
+            raise ValueError(f"prompt set {path}: prompt {p.get('id', '?')} has neither text nor turns")
+        prompts.append(Prompt(str(p.get("id") or ""), [str(t) for t in turns], p.get("category")))
+    return PromptSet(
+        prompts, data.get("format", "auto"), data.get("chat_template_kwargs", {}), data.get("description", "")
+    )
+
+
+def load_prompt_set(path, per_category: Optional[int] = None) -> PromptSet:
+    """A prompt set file; with `per_category`, the first N prompts of each category."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"prompt set file {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
-    prompts = data.get("prompts") or []
-    if not prompts:
+    ps = _from_jsonl(path) if path.suffix == ".jsonl" else _from_yaml(path)
+    if not ps.prompts:
         raise ValueError(f"prompt set {path} has no prompts")
-    ids = [p.get("id") for p in prompts]
+    ids = [p.id for p in ps.prompts]
     if any(not i for i in ids) or len(set(ids)) != len(ids):
         raise ValueError(f"prompt set {path}: every prompt needs a unique id")
-    fmt = data.get("format", "auto")
-    if fmt not in PROMPT_FORMATS:
-        raise ValueError(f"prompt set {path}: format '{fmt}' is not one of {PROMPT_FORMATS}")
-    return {
-        "format": fmt,
-        "chat_template_kwargs": data.get("chat_template_kwargs", {}),
-        "prompts": [Prompt(str(p["id"]), str(p["text"])) for p in prompts],
+    if ps.format not in PROMPT_FORMATS:
+        raise ValueError(f"prompt set {path}: format '{ps.format}' is not one of {PROMPT_FORMATS}")
+    if per_category is not None:
+        if any(p.category is None for p in ps.prompts):
+            raise ValueError(f"prompt set {path}: per_category needs a category on every prompt")
+        seen: Dict[str, int] = {}
+        kept = []
+        for p in ps.prompts:
+            seen[p.category] = seen.get(p.category, 0) + 1
+            if seen[p.category] <= per_category:
+                kept.append(p)
+        ps.prompts = kept
+    return ps
+
+
+def write_prompt_set(ps: PromptSet, out) -> None:
+    """The prompt set as YAML, as cells read it."""
+    from .atomic import write_text
+
+    data = {
+        "description": ps.description,
+        "format": ps.format,
+        "chat_template_kwargs": ps.chat_template_kwargs,
+        "prompts": [
+            {"id": p.id, **({"category": p.category} if p.category else {}), "turns": p.turns} for p in ps.prompts
+        ],
     }
+    write_text(out, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
 
 
-def encode_prompt(tokenizer, text: str, fmt: str = "auto", chat_template_kwargs: Optional[Dict] = None) -> List[int]:
+def encode_prompt(tokenizer, text, fmt: str = "auto", chat_template_kwargs: Optional[Dict] = None) -> List[int]:
     """Token ids for a prompt: through the chat template when the model has one (or `chat`
-    is asked for), else the raw text."""
+    is asked for), else the raw text. `text` may be a list of chat messages (a conversation)."""
     has_template = getattr(tokenizer, "chat_template", None) is not None
+    messages = text if isinstance(text, list) else [{"role": "user", "content": text}]
     if fmt == "chat" and not has_template:
         raise ValueError("prompt set asks for the chat format but the tokenizer has no chat template")
     if fmt == "chat" or (fmt == "auto" and has_template):
         ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}],
-            add_generation_prompt=True,
-            tokenize=True,
-            **(chat_template_kwargs or {}),
+            messages, add_generation_prompt=True, tokenize=True, **(chat_template_kwargs or {})
         )
         # Newer transformers return a BatchEncoding here.
         ids = ids["input_ids"] if hasattr(ids, "keys") else ids
         return [int(i) for i in ids]
-    return list(tokenizer.encode(text, add_special_tokens=False))
+    if len(messages) > 1:
+        raise ValueError("a conversation of several turns needs the chat format")
+    return list(tokenizer.encode(messages[0]["content"], add_special_tokens=False))
 
 
 def eos_ids(tokenizer) -> List[int]:
@@ -63,9 +138,23 @@ def eos_ids(tokenizer) -> List[int]:
     return sorted(int(i) for i in ids)
 
 
-def encoded_prompts(tokenizer, prompt_set_path) -> List[Dict[str, Any]]:
+def encoded_prompts(
+    tokenizer, prompt_set_path, answer: Optional[Callable[[List[int]], List[int]]] = None
+) -> List[Dict[str, Any]]:
+    """Each prompt's token ids (its last turn, after the earlier turns and the model's greedy
+    answers to them: `answer(ids) -> answer token ids`), with its id and category."""
     ps = load_prompt_set(prompt_set_path)
-    return [
-        {"id": p.id, "tokens": encode_prompt(tokenizer, p.text, ps["format"], ps["chat_template_kwargs"])}
-        for p in ps["prompts"]
-    ]
+    out = []
+    for p in ps.prompts:
+        messages: List[Dict[str, str]] = []
+        for i, turn in enumerate(p.turns):
+            messages.append({"role": "user", "content": turn})
+            ids = encode_prompt(tokenizer, messages if len(p.turns) > 1 else turn, ps.format, ps.chat_template_kwargs)
+            if i + 1 < len(p.turns):
+                if answer is None:
+                    raise ValueError(f"prompt {p.id} has {len(p.turns)} turns: its earlier answers need the model")
+                eos = set(eos_ids(tokenizer))
+                reply = [t for t in answer(ids) if t not in eos]
+                messages.append({"role": "assistant", "content": tokenizer.decode(reply)})
+        out.append({"id": p.id, "tokens": ids, "category": p.category})
+    return out

@@ -3,8 +3,10 @@
 replacements); its cell rule is `selfspec_cell` (rules/selfspec.smk), since adaptive
 strategies also read the model's profile, calibration and search."""
 
+from pathlib import Path
 from typing import Dict, List, Tuple
 
+from ..core.prompts import prompt_set_file
 from ..core.sources import known_num_layers
 from ..core.technique import ConfigError, Technique, best, diffusion_models, generation_settings
 from ..core.technique import path_number as format_skip
@@ -156,13 +158,12 @@ def check(config: Dict, basedir: str = ".") -> None:
             raise ConfigError(f"layerskip.per_model: '{name}' is not a configured model (have: {', '.join(models)})")
     prompt_set = config["generation"]["prompt_set"]
     if "calibration_set" in s:
-        from pathlib import Path
-
-        prompt_file = Path(basedir) / "config" / "prompts" / f"{s['calibration_set']}.yaml"
-        if not prompt_file.is_file():
+        try:
+            prompt_set_file(Path(basedir) / "config" / "prompts", s["calibration_set"])
+        except FileNotFoundError as e:
             raise ConfigError(
-                f"layerskip.calibration_set: '{s['calibration_set']}' has no prompt set file {prompt_file}"
-            )
+                f"layerskip.calibration_set: '{s['calibration_set']}' has no prompt set file ({e})"
+            ) from None
     if set(s["strategies"]) & set(ADAPTIVE) and s.get("calibration_set", prompt_set) == prompt_set:
         raise ConfigError(
             "layerskip.calibration_set: knapsack/auto/search need calibration prompts apart from "

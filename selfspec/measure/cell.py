@@ -19,7 +19,7 @@ from ..core.prompts import encoded_prompts, eos_ids
 from .protocol import paired_runs
 from .reference import reference_tokens
 from .results import measured_result
-from .streams import TokenStream, plain_stream
+from .streams import TokenStream, greedy_answer, plain_stream
 
 
 @dataclass
@@ -57,7 +57,8 @@ def run_cell(
     max_tokens = settings["max_tokens"]
     cfg = {**settings, "model": settings["target"], "prompt_set": Path(prompt_set_path).stem}
     model, tokenizer = load(model_path)
-    prompts = encoded_prompts(tokenizer, prompt_set_path)
+    # A conversation's earlier turns are answered by the target's own greedy decoding.
+    prompts = encoded_prompts(tokenizer, prompt_set_path, greedy_answer(model, max_tokens, eos_ids(tokenizer)))
     ref = reference_tokens(prompts, reference, max_tokens)
     candidate = build(model, tokenizer)
     own_tok = candidate.tokenizer

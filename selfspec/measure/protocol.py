@@ -105,7 +105,7 @@ def paired_runs(
             for side in order:
                 make, arr, n_prompt, eos = side_args(side, p["id"])
                 out[side] = timed_generation(lambda: make(arr), n_prompt, eos)
-            records.append({"prompt_id": p["id"], "repeat": r, "order": order, **out})
+            records.append({"prompt_id": p["id"], "category": p.get("category"), "repeat": r, "order": order, **out})
             ratios.append(out["candidate"].decode_tps / out["baseline"].decode_tps)
             log(
                 f"pair {len(records)}/{total}: prompt {i + 1} of {n} ({p['id']}), repeat {r + 1} of {repeats}: "
@@ -207,6 +207,7 @@ def summarize(records: List[Dict], reference: Optional[Dict[str, List[int]]]) ->
         per_prompt.append(
             {
                 "prompt_id": pid,
+                "category": rs[0].get("category"),
                 "prompt_tokens": rs[0]["baseline"].prompt_tokens,
                 "tokens": rs[0]["candidate"].tokens,
                 **checked,

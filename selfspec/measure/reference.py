@@ -9,7 +9,7 @@ from ..core.environment import environment
 from ..core.log import log
 from ..core.models import load
 from ..core.prompts import encoded_prompts, eos_ids
-from .streams import plain_stream, timed_generation
+from .streams import greedy_answer, plain_stream, timed_generation
 
 
 def reference_outputs(model_path, prompt_set_path, max_tokens: int, model_name: str = "") -> Dict:
@@ -17,13 +17,14 @@ def reference_outputs(model_path, prompt_set_path, max_tokens: int, model_name: 
     model, tokenizer = load(model_path)
     eos = eos_ids(tokenizer)
     outputs = []
-    for p in encoded_prompts(tokenizer, prompt_set_path):
+    for p in encoded_prompts(tokenizer, prompt_set_path, greedy_answer(model, max_tokens, eos)):
         stats = timed_generation(
             lambda: plain_stream(model, mx.array(p["tokens"], mx.uint32), max_tokens), len(p["tokens"]), eos
         )
         outputs.append(
             {
                 "prompt_id": p["id"],
+                "category": p["category"],
                 "prompt_tokens": len(p["tokens"]),
                 "tokens": stats.tokens,
                 "text": tokenizer.decode(stats.tokens),

@@ -143,3 +143,14 @@ def timed_generation(
         draft_seconds=getattr(stream, "draft_seconds", None),
         rounds=[tuple(r) for r in rounds],
     )
+
+
+def greedy_answer(model: nn.Module, max_tokens: int, eos_ids: Iterable[int] = ()) -> Callable[[List[int]], List[int]]:
+    """`ids -> tokens`: plain greedy decoding's answer, as the earlier turns of a
+    conversation are answered (core.prompts.encoded_prompts)."""
+
+    def answer(ids: List[int]) -> List[int]:
+        prompt = mx.array(ids, dtype=mx.uint32)
+        return timed_generation(lambda: plain_stream(model, prompt, max_tokens), len(ids), eos_ids).tokens
+
+    return answer

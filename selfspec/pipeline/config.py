@@ -19,6 +19,7 @@ from ..core.sources import (  # noqa: F401
     source_error,
     source_file,
 )
+from ..core.prompts import load_prompt_set, prompt_set_file
 from ..core.technique import ConfigError, diffusion_models  # noqa: F401
 from ..layerskip.technique import format_skip, grid_models  # noqa: F401
 from ..techniques import REGISTRY, lossless
@@ -53,10 +54,20 @@ def check_config(config: Dict, basedir: str = ".") -> None:
         for name in (config.get(key) or {}).get("models", []):
             if name not in models:
                 raise ConfigError(f"{key}.models: '{name}' is not a configured model (have: {', '.join(models)})")
-    prompt_set = config["generation"]["prompt_set"]
-    prompt_file = Path(basedir) / "config" / "prompts" / f"{prompt_set}.yaml"
-    if not prompt_file.is_file():
-        raise ConfigError(f"generation.prompt_set: '{prompt_set}' has no prompt set file {prompt_file}")
+    gen = config["generation"]
+    try:
+        prompt_file = prompt_set_file(Path(basedir) / "config" / "prompts", gen["prompt_set"])
+    except FileNotFoundError as e:
+        raise ConfigError(
+            f"generation.prompt_set: '{gen['prompt_set']}' has no prompt set file ({e}); a set is "
+            "config/prompts/<name>.yaml, or <name>.jsonl in Spec-Bench's format (for Spec-Bench's own "
+            "questions, save data/spec_bench/question.jsonl from github.com/hemingkx/Spec-Bench as "
+            "config/prompts/spec_bench.jsonl)"
+        ) from None
+    try:
+        load_prompt_set(prompt_file, gen.get("per_category"))
+    except ValueError as e:
+        raise ConfigError(f"generation.prompt_set / per_category: {e}") from None
     bench = config.get("bench")
     if bench and bench.get("model") and bench["model"] not in models:
         raise ConfigError(f"bench.model: '{bench['model']}' is not a configured model")

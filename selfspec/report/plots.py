@@ -387,3 +387,48 @@ def techniques_by_length(per_prompt: pd.DataFrame, out) -> None:
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.suptitle("Speedup by answer length (paired runs on the timed prompts)", fontsize=11)
     _save(fig, out)
+
+
+def regime_map(by_category: pd.DataFrame, out) -> None:
+    """Where each technique wins: its median paired speedup per task category (and over
+    all), colour centred on 1.0x (blue faster than plain decoding, red slower), one panel
+    per target; a cell whose 95% interval lies above 1.0 is boxed."""
+    from matplotlib.colors import TwoSlopeNorm
+    from matplotlib.patches import Rectangle
+
+    sns.set_theme(style="white")
+    targets = list(dict.fromkeys(by_category.target))
+    cats = sorted(c for c in by_category.category.unique() if c != "overall") + ["overall"]
+    rows_per = max(
+        1, by_category.groupby("target")[["technique", "config"]].apply(lambda g: len(g.drop_duplicates())).max()
+    )
+    fig, axes = plt.subplots(len(targets), 1, figsize=(1.0 * len(cats) + 4.5, 0.55 * rows_per + 1.6), squeeze=False)
+    for ax, t in zip(axes[:, 0], targets):
+        g = by_category[by_category.target == t].copy()
+        g["row"] = g.technique + "\n" + g.config
+        grid = g.pivot_table(index="row", columns="category", values="speedup", sort=False).reindex(columns=cats)
+        lo = g.pivot_table(index="row", columns="category", values="speedup_ci_low", sort=False).reindex(
+            index=grid.index, columns=cats
+        )
+        lim = max(1.5, float(np.nanmax(grid.values)) if np.isfinite(grid.values).any() else 1.5)
+        sns.heatmap(
+            grid,
+            ax=ax,
+            cmap="RdBu",
+            norm=TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=lim),
+            annot=True,
+            fmt=".2f",
+            annot_kws={"fontsize": 7},
+            cbar_kws={"label": "decode speedup over plain (median)"},
+            linewidths=0.5,
+        )
+        for i in range(grid.shape[0]):
+            for j in range(grid.shape[1]):
+                if np.isfinite(lo.values[i, j]) and lo.values[i, j] > 1.0:
+                    ax.add_patch(Rectangle((j, i), 1, 1, fill=False, edgecolor="black", lw=1.6))
+        ax.set(xlabel="task category", ylabel="", title=f"target: {t}")
+        ax.tick_params(axis="y", labelsize=7)
+        ax.tick_params(axis="x", labelsize=8, rotation=45)
+    fig.suptitle("Regime map: speedup by technique and task category\n(boxed: 95% interval above 1.0x)", fontsize=10)
+    fig.tight_layout()
+    _write(fig, out, bbox_inches="tight")

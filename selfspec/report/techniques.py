@@ -133,6 +133,7 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
                         "technique": r["technique"],
                         "config": r["config"],
                         "prompt_id": pp["prompt_id"],
+                        "category": pp.get("category") or "-",
                         "repeat": run["repeat"],
                         "decode_tps": run[side]["decode_tps"],
                         "e2e_tps": run[side]["e2e_tps"],
@@ -150,6 +151,61 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
                     }
                 )
     return pd.DataFrame(out)
+
+
+OVERALL = "overall"
+
+
+def category_frame(per_prompt: pd.DataFrame) -> pd.DataFrame:
+    """Per (target, technique row, category), and over all categories: the median of the
+    paired decode speedups with its 95% bootstrap interval, tokens per full pass and
+    acceptance (accepted over drafted tokens), from the rows' paired runs."""
+    from ..core.stats import median_ci
+
+    out = []
+    keys = ["target", "technique", "config"]
+    for key, g in per_prompt.groupby(keys, sort=False):
+        for category, c in [*g.groupby("category", sort=True), (OVERALL, g)]:
+            med, (lo, hi) = median_ci(c.speedup.tolist())
+            drafted = c.drafted.sum()
+            out.append(
+                {
+                    **dict(zip(keys, key)),
+                    "category": category,
+                    "speedup": med,
+                    "speedup_ci_low": lo,
+                    "speedup_ci_high": hi,
+                    "tokens_per_pass": c.answer_tokens.sum() / c.passes.sum() if c.passes.sum() else float("nan"),
+                    "acceptance_rate": c.accepted.sum() / drafted if drafted else float("nan"),
+                    "prompts": c.prompt_id.nunique(),
+                    "pairs": len(c),
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def leaderboard(by_category: pd.DataFrame) -> str:
+    """Markdown in Spec-Bench's leaderboard layout: techniques down, categories across, each
+    cell the speedup [95% CI] and, below it, tokens per full pass."""
+    cats = sorted(c for c in by_category.category.unique() if c != OVERALL) + [OVERALL]
+    lines = []
+    for target, g in by_category.groupby("target", sort=False):
+        lines += [f"### target: {target}", "", "| technique | config | " + " | ".join(cats) + " |"]
+        lines.append("|---|---|" + "---|" * len(cats))
+        for (tech, config), r in g.groupby(["technique", "config"], sort=False):
+            cells = []
+            for cat in cats:
+                row = r[r.category == cat]
+                if row.empty:
+                    cells.append("")
+                    continue
+                x = row.iloc[0]
+                cells.append(
+                    f"{x.speedup:.2f}x [{x.speedup_ci_low:.2f}, {x.speedup_ci_high:.2f}]<br>{x.tokens_per_pass:.2f} tok/pass"
+                )
+            lines.append(f"| {tech} | {config} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def answers_frame(quality: Dict[str, Dict], checks: Dict[str, Dict], diffusion_quality: List[Dict]) -> pd.DataFrame:
@@ -196,6 +252,8 @@ def write_comparison(
     own_quality_paths=(),
     check_paths=(),
     answers_path=None,
+    category_csv=None,
+    category_md=None,
 ) -> pd.DataFrame:
     from ..core.atomic import atomic_path, write_text
     from .tables import load_cells
@@ -235,6 +293,12 @@ def write_comparison(
     show = show.drop(columns=["token_agreement", "draft_share", "replayed_speedup"])
     show = show.drop(columns=["speedup_ci_low", "speedup_ci_high"])
     write_text(md_path, show.to_markdown(index=False, floatfmt=".3g") + "\n")
+    per_prompt = per_prompt_frame(rows)
     with atomic_path(per_prompt_path) as tmp:
-        per_prompt_frame(rows).to_csv(tmp, index=False)
+        per_prompt.to_csv(tmp, index=False)
+    if category_csv is not None:
+        by_category = category_frame(per_prompt)
+        with atomic_path(category_csv) as tmp:
+            by_category.to_csv(tmp, index=False)
+        write_text(category_md, leaderboard(by_category) + "\n")
     return df
