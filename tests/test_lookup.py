@@ -65,6 +65,7 @@ PROMPTS = [
         DraftPolicy(num_draft=8, max_ngram=4, min_ngram=3),
         DraftPolicy(num_draft=2, max_ngram=2, min_ngram=1),
         DraftPolicy(num_draft=5, max_ngram=3, min_ngram=2),
+        DraftPolicy(num_draft=8, max_ngram=3, min_ngram=1, adaptive=True),
     ],
 )
 @pytest.mark.parametrize("max_tokens", [1, 2, 7, 40])
@@ -83,8 +84,8 @@ def test_lookup_gives_plain_decodings_tokens(tiny, policy, max_tokens):
         assert sum(m for _, m in ours.rounds) == ours.accepted and sum(k for k, _ in ours.rounds) == ours.drafted
         assert ours.draft_seconds is not None and 0 <= ours.draft_seconds < ours.prompt_seconds + ours.decode_seconds
         drafted += ours.drafted
-    if max_tokens >= 7:
-        assert drafted > 0  # the prompts repeat themselves: something matched
+    if max_tokens >= 7 and policy.min_ngram == 1:
+        assert drafted > 0  # the prompts and answers repeat themselves: something matched
 
 
 def test_lookup_stops_at_eos(tiny):
@@ -110,13 +111,14 @@ def test_lookup_cell_is_lossless_and_says_why(tiny, repo):
         num_draft=4,
         max_ngram=3,
         min_ngram=1,
+        adaptive=True,
         max_tokens=24,
         repeats=1,
         warmup=1,
         cost_repeats=2,
     )
     assert cell["technique"] == "lookup" and cell["target"] == cell["model"] == "tiny"
-    assert cell["draft_source"]["kind"] == "context" and cell["extra_weight_gb"] == 0.0
+    assert cell["draft_source"]["kind"] == "context" and cell["extra_weight_gb"] == 0.0 and cell["adaptive"]
     assert cell["lossless"] and cell["lossless_prompts"] == len(cell["per_prompt"])
     # The rounds add up to what was drafted and accepted.
     assert sum(r["drafted"] * r["passes"] for r in cell["rounds"]) == cell["drafted_tokens"]
@@ -141,3 +143,18 @@ def test_replay_prices_rounds_against_the_verify_curve():
     assert replayed_speedup([{"drafted": 2, "accepted": 2, "passes": 10}], costs, 1.0) == pytest.approx(30 / 15)
     # Two drafted, none kept: a verify of 3 for one token.
     assert replayed_speedup([{"drafted": 2, "accepted": 0, "passes": 1}], costs, 1.0) == pytest.approx(1 / 1.5)
+
+
+def test_adaptive_policy_shortens_drafts_after_a_refusal(tiny):
+    """After a refused draft, the next one proposes at most one more token than was kept."""
+    _, model, _ = tiny
+    fixed = DraftPolicy(num_draft=8, max_ngram=2, min_ngram=1)
+    adaptive = DraftPolicy(num_draft=8, max_ngram=2, min_ngram=1, adaptive=True)
+    for p in PROMPTS:
+        prompt = mx.array(p, dtype=mx.uint32)
+        a = timed_generation(lambda: lookup_stream(model, prompt, 40, fixed), len(p))
+        b = timed_generation(lambda: lookup_stream(model, prompt, 40, adaptive), len(p))
+        assert a.tokens == b.tokens
+        drafting = [(k, m) for k, m in b.rounds if k]
+        for (k, m), (k_next, _) in zip(drafting, drafting[1:]):
+            assert k_next <= (min(8, 2 * k) if m == k else m + 1)

@@ -11,7 +11,7 @@ from .loop import lookup_stream
 
 
 def policy_of(cell: Dict) -> DraftPolicy:
-    return DraftPolicy(num_draft=cell["num_draft"], max_ngram=cell["max_ngram"], min_ngram=cell["min_ngram"])
+    return DraftPolicy(cell["num_draft"], cell["max_ngram"], cell["min_ngram"], cell.get("adaptive", False))
 
 
 def lookup_cell(
@@ -23,12 +23,13 @@ def lookup_cell(
     num_draft: int,
     max_ngram: int,
     min_ngram: int,
+    adaptive: bool,
     max_tokens: int,
     repeats: int,
     warmup: int,
     cost_repeats: int = 5,
 ) -> Dict:
-    policy = DraftPolicy(num_draft=num_draft, max_ngram=max_ngram, min_ngram=min_ngram)
+    policy = DraftPolicy(num_draft=num_draft, max_ngram=max_ngram, min_ngram=min_ngram, adaptive=adaptive)
     settings = {
         "technique": "lookup",
         "target": model_name,
@@ -37,6 +38,7 @@ def lookup_cell(
         "num_draft": num_draft,
         "max_ngram": max_ngram,
         "min_ngram": min_ngram,
+        "adaptive": adaptive,
         "max_tokens": max_tokens,
         "repeats": repeats,
         "warmup": warmup,

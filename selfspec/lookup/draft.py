@@ -13,11 +13,14 @@ class DraftPolicy:
       `min_ngram` tokens means no draft (a plain step), since short matches mostly waste
       verify slots.
     num_draft: the most tokens proposed per round.
+    adaptive: the loop drafts at most one more than the last round kept (and doubles after a
+      draft kept whole), instead of `num_draft` every round.
     """
 
     num_draft: int
     max_ngram: int
     min_ngram: int
+    adaptive: bool = False
 
     def __post_init__(self):
         if self.num_draft < 1:

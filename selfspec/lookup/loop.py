@@ -3,9 +3,11 @@
 Each round proposes the n-gram draft (draft.py) and verifies [last token + drafts] with the
 full model in one pass, keeping the agreeing prefix and trimming the rest from the cache.
 Rounds without a match decode as mlx-lm's `generate_step` does, with the next step queued
-before the current token is read. While a step is queued its token is unknown, so the draft
-is looked up one token early: the match of the n-gram before it predicts that token and
-the ones after it, and the verify pass is queued behind the step without waiting for it.
+before the current token is read. While a step is queued its token is unknown, so whether a
+draft may follow is looked up one token early (the n-gram before it); only then is the token
+read before the next pass, and the draft taken from the exact context. With an adaptive
+policy the draft length follows recent acceptance (doubling after a draft kept whole, one
+more than was kept after a refusal), so a context that stops copying costs short verifies.
 """
 
 import time
@@ -60,25 +62,18 @@ class LookupStream:
 
         y = step(y)
         mx.async_eval(y)
-        known = False  # whether y's value has been read (and emitted)
+        known = False  # whether y's value has been read (and emitted); y is never yet in the cache
+        cap = policy.num_draft  # the most drafted next round: adapts to recent acceptance
         n = 0
         while n < max_tokens:
             # Tokens still allowed after y (if unread) or after the last emitted one.
             left = max_tokens - n - (0 if known else 1)
-            limit = min(policy.num_draft, left - 1)
-            if known:
-                drafts = self._timed(index.continuation, limit) if limit > 0 else []
-                if not drafts:
-                    y = step(y)
-                    mx.async_eval(y)
-                    known = False
-                    continue
-                targets = verify(y, drafts)
-            else:
-                # The n-gram before y predicts y (cont[0]) and what follows it (the drafts).
-                cont = self._timed(index.continuation, limit + 1) if limit > 0 else []
-                drafts = cont[1:]
-                if not drafts:
+            limit = min(cap, left - 1)
+            if not known:
+                # A step is queued: the n-gram before y tells, without waiting, whether a draft
+                # may follow y. If none can, queue the next step and read y, as plain decoding
+                # does; if one can, read y first and draft from the exact context.
+                if limit <= 0 or len(self._timed(index.continuation, 2)) < 2:
                     nxt = step(y) if n + 1 < max_tokens else None
                     if nxt is not None:
                         mx.async_eval(nxt)
@@ -88,17 +83,27 @@ class LookupStream:
                     self._timed(index.append, tok)
                     y = nxt
                     continue
-                targets = verify(y, drafts)
-                mx.async_eval(targets)
                 tok = y.item()
                 yield tok, False, 0
                 n += 1
                 self._timed(index.append, tok)
-            targets = targets.tolist()
+                known = True
+                continue
+            drafts = self._timed(index.continuation, limit) if limit > 0 else []
+            if not drafts:
+                y = step(y)
+                mx.async_eval(y)
+                known = False
+                continue
+            targets = verify(y, drafts).tolist()
             k = len(drafts)
             m = 0
             while m < k and drafts[m] == targets[m]:
                 m += 1
+            if policy.adaptive:
+                # Double the cap after a fully kept draft; after a refusal, draft one more
+                # than was kept: a wrong long draft costs a long verify for one token.
+                cap = min(policy.num_draft, 2 * k) if m == k else max(1, m + 1)
             # The pass wrote y and k drafts; keep y and the accepted ones.
             if k - m:
                 for c in cache:
@@ -111,7 +116,6 @@ class LookupStream:
             self._timed(index.append, bonus)
             n += m + 1
             y = mx.array([bonus], dtype=mx.uint32)
-            known = True
 
 
 def lookup_stream(model: nn.Module, prompt: mx.array, max_tokens: int, policy: DraftPolicy) -> LookupStream:

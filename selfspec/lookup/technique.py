@@ -25,12 +25,14 @@ def params(wildcards, config: Dict) -> Dict:
         "num_draft": int(wildcards.draft),
         "max_ngram": int(wildcards.max_ngram),
         "min_ngram": _section(config)["min_ngram"],
+        "adaptive": _section(config)["adaptive"],
         **generation_settings(config),
     }
 
 
 def label(cell: Dict) -> str:
-    return f"n-gram {cell['min_ngram']}-{cell['max_ngram']}, k={cell['num_draft']}"
+    k = f"k<={cell['num_draft']} adaptive" if cell.get("adaptive") else f"k={cell['num_draft']}"
+    return f"n-gram {cell['min_ngram']}-{cell['max_ngram']}, {k}"
 
 
 def rows(target: str, cells: List[Dict], earlier=None):
