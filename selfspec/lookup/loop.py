@@ -7,7 +7,8 @@ before the current token is read. While a step is queued its token is unknown, s
 draft may follow is looked up one token early (the n-gram before it); only then is the token
 read before the next pass, and the draft taken from the exact context. With an adaptive
 policy the draft length follows recent acceptance (doubling after a draft kept whole, one
-more than was kept after a refusal), so a context that stops copying costs short verifies.
+more than was kept after a refusal), so a context that stops copying costs short verifies,
+and single-token drafts refused in a row pause drafting for 2, 4, 8, then 16 tokens.
 """
 
 import time
@@ -64,11 +65,13 @@ class LookupStream:
         mx.async_eval(y)
         known = False  # whether y's value has been read (and emitted); y is never yet in the cache
         cap = policy.num_draft  # the most drafted next round: adapts to recent acceptance
+        # Backoff: after single-token drafts refused in a row, no draft for 2, 4, .. 16 tokens.
+        refusals, quiet_until = 0, 0
         n = 0
         while n < max_tokens:
             # Tokens still allowed after y (if unread) or after the last emitted one.
             left = max_tokens - n - (0 if known else 1)
-            limit = min(cap, left - 1)
+            limit = min(cap, left - 1) if n >= quiet_until else 0
             if not known:
                 # A step is queued: the n-gram before y tells, without waiting, whether a draft
                 # may follow y. If none can, queue the next step and read y, as plain decoding
@@ -104,6 +107,9 @@ class LookupStream:
                 # Double the cap after a fully kept draft; after a refusal, draft one more
                 # than was kept: a wrong long draft costs a long verify for one token.
                 cap = min(policy.num_draft, 2 * k) if m == k else max(1, m + 1)
+                refusals = refusals + 1 if (k == 1 and m == 0) else 0
+                if refusals:
+                    quiet_until = n + m + 1 + 2 ** min(refusals, 4)
             # The pass wrote y and k drafts; keep y and the accepted ones.
             if k - m:
                 for c in cache:
