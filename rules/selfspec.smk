@@ -11,6 +11,8 @@ rule prompt_set:
         "results/prompts/{prompt_set}.yaml",
     log:
         "logs/prompts/{prompt_set}.log",
+    benchmark:
+        "benchmarks/prompts/{prompt_set}.tsv"
     conda:
         "../envs/selfspec.yaml"
     params:
