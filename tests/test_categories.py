@@ -14,7 +14,6 @@ from selfspec.measure.reference import reference_outputs
 from selfspec.measure.streams import greedy_answer, plain_stream, timed_generation
 from selfspec.report.plots import regime_map
 from selfspec.report.techniques import OVERALL, category_frame, leaderboard
-from tiny_models import write_model_dir
 
 
 def test_the_shipped_category_set_covers_spec_benchs_13_categories(repo):

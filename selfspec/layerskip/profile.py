@@ -25,6 +25,7 @@ from .forward import forward
 from .latency import LatencyModel, interpolate
 from ..core.models import model_parts
 from .plan import SkipPlan
+from ..measure.costs import round_robin
 
 
 def _time(fn, repeats: int, warmup: int = 5) -> float:
@@ -37,19 +38,6 @@ def _time(fn, repeats: int, warmup: int = 5) -> float:
         fn()
         samples.append(time.perf_counter() - t)
     return statistics.median(samples)
-
-
-def _round_robin(fns: Dict, repeats: int, warmup: int = 3) -> Dict:
-    """Median seconds of each fn(), timed in turn round after round, so that drift in machine
-    speed hits them all alike; the first `warmup` rounds (compiling, allocating) are not kept."""
-    samples = {name: [] for name in fns}
-    for r in range(warmup + repeats):
-        for name, fn in fns.items():
-            t = time.perf_counter()
-            fn()
-            if r >= warmup:
-                samples[name].append(time.perf_counter() - t)
-    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def _fit_line(x, y):
@@ -84,7 +72,7 @@ def passes_at_context(parts, context: int, verify_tokens: Sequence[int], repeats
     passes = {k: run(k) for k in sorted(set(verify_tokens) | {1})}
     passes["no_attention"] = run(1, SkipPlan(n, tuple((i, "attention") for i in inner)))
     passes["no_mlp"] = run(1, SkipPlan(n, tuple((i, "mlp") for i in inner)))
-    med = _round_robin(passes, repeats)
+    med = round_robin(passes, repeats)
     full = med[1]
     return {
         "verify_seconds": [med[k] for k in verify_tokens],
@@ -163,7 +151,7 @@ def profile_model(
         return f
 
     # Round-robin over the contexts, so that drift in machine speed bends no part of the curve.
-    med = _round_robin({i: attn_step(cache) for i, cache in enumerate(caches)}, repeats, warmup=5)
+    med = round_robin({i: attn_step(cache) for i, cache in enumerate(caches)}, repeats, warmup=5)
     attn_times = [med[i] for i in range(len(caches))]
     mlp_time = _time(lambda: mx.eval(blk.mlp(blk.post_attention_layernorm(x1))), repeats)
     fixed_time = _time(lambda: mx.eval(parts.head(parts.norm(parts.embed_tokens(mx.array([[1]]))))), repeats)

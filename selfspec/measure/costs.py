@@ -10,25 +10,38 @@ import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
 
+def round_robin(fns: Dict, repeats: int, warmup: int = 3) -> Dict:
+    """Median seconds of each fn(), timed in turn round after round, so that drift in machine
+    speed hits them all alike; the first `warmup` rounds (compiling, allocating) are not kept."""
+    samples: Dict = {name: [] for name in fns}
+    for r in range(warmup + repeats):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            if r >= warmup:
+                samples[name].append(time.perf_counter() - t)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
 def verify_costs(model: nn.Module, context: Sequence[int], ks: Sequence[int], repeats: int = 5) -> Dict[int, float]:
-    """Median seconds of one forward pass of k tokens after `context` (filled once), per k;
-    the k entries are trimmed after each pass, so every pass sees the same context."""
+    """Median seconds of one forward pass of k tokens after `context` (filled once), per k,
+    timed round-robin after one warm-up sweep; the k entries are trimmed after each pass, so
+    every pass sees the same context."""
     cache = make_prompt_cache(model)
     model(mx.array(list(context), dtype=mx.uint32)[None], cache=cache)
     mx.eval([c.state for c in cache])
-    times: Dict[int, List[float]] = {k: [] for k in ks}
-    for r in range(repeats + 1):
-        for k in ks:
-            x = mx.array(list(context[-1:]) * k, dtype=mx.uint32)[None]
-            mx.synchronize()
-            t0 = time.perf_counter()
+
+    def run(k):
+        x = mx.array(list(context[-1:]) * k, dtype=mx.uint32)[None]
+
+        def f():
             mx.eval(mx.argmax(model(x, cache=cache)[0], axis=-1))
-            dt = time.perf_counter() - t0
             for c in cache:
                 c.trim(k)
-            if r:  # the first sweep warms up every shape
-                times[k].append(dt)
-    return {k: statistics.median(v) for k, v in times.items()}
+
+        return f
+
+    return round_robin({k: run(k) for k in ks}, repeats, warmup=1)
 
 
 def replayed_speedup(rounds: List[Dict], costs: Dict[int, float], plain_token_seconds: float) -> float:
