@@ -104,7 +104,10 @@ def diffusion_cell(
             else weight_gb(model),
             "sampler": settings,
         }
-        return Candidate(lambda prompt: diffusion_stream(model, prompt, **settings), extra, tokenizer=d_tok)
+        # The diffusion model processes its prompt itself, in its own vocabulary.
+        return Candidate(
+            lambda prompt, caches=None: diffusion_stream(model, prompt, **settings), extra, tokenizer=d_tok
+        )
 
     result = run_cell(baseline_path, reference, prompt_set_path, cell_settings, build, lossless_expected=False)
     # Both models stay loaded for the paired runs, but neither side needs the other's weights:

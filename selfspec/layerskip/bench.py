@@ -74,8 +74,8 @@ def engine_bench(
     log("plain: ours vs mlx-lm generate_step")
     plain = paired_runs(
         prompts,
-        lambda p: plain_stream(model, p, max_tokens),
-        lambda p: plain_loop(parts, p, max_tokens),
+        lambda p, caches: plain_stream(model, p, max_tokens, caches),
+        lambda p, caches: plain_loop(parts, p, max_tokens, caches=caches),
         eos,
         repeats,
         log=log,
@@ -83,8 +83,8 @@ def engine_bench(
     log(f"self-spec: ours (shared cache, threshold {draft_threshold}) vs mlx-lm speculative_generate_step, same draft")
     spec = paired_runs(
         prompts,
-        lambda p: mlx_lm_selfspec_stream(model, draft, p, max_tokens, num_draft),
-        lambda p: selfspec_loop(parts, p, max_tokens, plan, num_draft, draft_threshold),
+        lambda p, caches: mlx_lm_selfspec_stream(model, draft, p, max_tokens, num_draft, caches),
+        lambda p, caches: selfspec_loop(parts, p, max_tokens, plan, num_draft, draft_threshold, caches=caches),
         eos,
         repeats,
         log=log,
@@ -92,8 +92,8 @@ def engine_bench(
     log("self-spec: ours at a fixed draft length vs mlx-lm speculative_generate_step, same draft")
     fixed = paired_runs(
         prompts,
-        lambda p: mlx_lm_selfspec_stream(model, draft, p, max_tokens, num_draft),
-        lambda p: selfspec_loop(parts, p, max_tokens, plan, num_draft),
+        lambda p, caches: mlx_lm_selfspec_stream(model, draft, p, max_tokens, num_draft, caches),
+        lambda p, caches: selfspec_loop(parts, p, max_tokens, plan, num_draft, caches=caches),
         eos,
         repeats,
         log=log,

@@ -17,13 +17,13 @@ def _mlx_lm_candidate(model, plan, max_tokens, num_draft, threshold=None, adapt_
     from ..measure.streams import mlx_lm_selfspec_stream
 
     draft = LayerSkipDraft(model, plan)
-    return lambda prompt: mlx_lm_selfspec_stream(model, draft, prompt, max_tokens, num_draft)
+    return lambda prompt, caches=None: mlx_lm_selfspec_stream(model, draft, prompt, max_tokens, num_draft, caches)
 
 
 def _mlx_lm_plain(model, max_tokens):
     from ..measure.streams import plain_stream
 
-    return lambda prompt: plain_stream(model, prompt, max_tokens)
+    return lambda prompt, caches=None: plain_stream(model, prompt, max_tokens, caches)
 
 
 def _ours_candidate(model, plan, max_tokens, num_draft, threshold=None, adapt_target=None):
@@ -31,8 +31,8 @@ def _ours_candidate(model, plan, max_tokens, num_draft, threshold=None, adapt_ta
     from ..core.models import model_parts
 
     parts = model_parts(model)
-    return lambda prompt: selfspec_loop(
-        parts, prompt, max_tokens, plan, num_draft, threshold, adapt_target=adapt_target
+    return lambda prompt, caches=None: selfspec_loop(
+        parts, prompt, max_tokens, plan, num_draft, threshold, adapt_target=adapt_target, caches=caches
     )
 
 
@@ -41,16 +41,16 @@ def _ours_plain(model, max_tokens):
     from ..core.models import model_parts
 
     parts = model_parts(model)
-    return lambda prompt: plain_loop(parts, prompt, max_tokens)
+    return lambda prompt, caches=None: plain_loop(parts, prompt, max_tokens, caches=caches)
 
 
 @dataclass(frozen=True)
 class Engine:
     name: str
     description: str
-    # candidate(model, plan, max_tokens, num_draft, threshold, adapt_target) -> prompt -> TokenStream
+    # candidate(model, plan, max_tokens, num_draft, threshold, adapt_target) -> (prompt, caches=None) -> TokenStream
     candidate: Callable = field(repr=False)
-    # plain(model, max_tokens) -> prompt -> TokenStream: the loop's own plain decoding (fallback cells)
+    # plain(model, max_tokens) -> (prompt, caches=None) -> TokenStream: the loop's own plain decoding (fallbacks)
     plain: Callable = field(repr=False)
     # Whether the loop reads the dynamic draft-length settings (draft_threshold, draft_adapt_target).
     dynamic_draft: bool = False

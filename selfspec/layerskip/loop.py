@@ -13,12 +13,14 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from .forward import forward
 from ..core.models import ModelParts
+from ..core.prefill import PromptCaches, caches_of, unprocessed
 from .plan import SkipPlan
 
 
 def _prefill(parts: ModelParts, prompt: mx.array, cache: List, step: int) -> mx.array:
-    """Run all but the last prompt token into the cache; return what is left."""
-    y = prompt
+    """Run all but the last prompt token into the cache (those it does not hold yet); return
+    what is left."""
+    y = unprocessed(prompt, cache)
     while y.size > 1:
         n = min(step, y.size - 1)
         forward(parts, y[:n][None], cache)
@@ -27,10 +29,16 @@ def _prefill(parts: ModelParts, prompt: mx.array, cache: List, step: int) -> mx.
     return y
 
 
-def plain_loop(parts: ModelParts, prompt: mx.array, max_tokens: int, prefill_step_size: int = 2048):
+def plain_loop(
+    parts: ModelParts,
+    prompt: mx.array,
+    max_tokens: int,
+    prefill_step_size: int = 2048,
+    caches: Optional[PromptCaches] = None,
+):
     """Greedy decoding with the next step queued before the current token is read,
     as mlx-lm's `generate_step` does."""
-    cache = make_prompt_cache(parts.model)
+    cache = caches_of(caches, [parts.model]) or make_prompt_cache(parts.model)
     y = _prefill(parts, prompt, cache, prefill_step_size)
 
     def step(y):
@@ -56,6 +64,7 @@ def selfspec_loop(
     prefill_step_size: int = 2048,
     cache: Optional[List] = None,
     adapt_target: Optional[float] = None,
+    caches: Optional[PromptCaches] = None,
 ):
     """Greedy self-speculative decoding over one shared cache.
 
@@ -68,10 +77,12 @@ def selfspec_loop(
           it holds exactly the prompt and the emitted tokens but the last.
         adapt_target: move `threshold` toward this per-round match rate, as Draft & Verify
           does (EMA of matches, +/-0.01 steps, smoothed threshold).
+        caches: the prompt prefilled once (core.prefill), copied here where `cache` is None.
     Yields:
         (token, from_draft, round_drafted) as `generation.TokenStream` describes.
     """
-    cache = make_prompt_cache(parts.model) if cache is None else cache
+    if cache is None:
+        cache = caches_of(caches, [parts.model]) or make_prompt_cache(parts.model)
     y = _prefill(parts, prompt, cache, prefill_step_size)
     tok = mx.argmax(forward(parts, y[None], cache)[0, -1]).item()
     yield tok, False, 0

@@ -92,8 +92,8 @@ def run_search(
     eos = eos_ids(tokenizer)
     ranked = ranked_candidates(calibration, profile, max_draft, threshold)
 
-    def plain(prompt):
-        return plain_stream(model, prompt, max_tokens)
+    def plain(prompt, caches=None):
+        return plain_stream(model, prompt, max_tokens, caches)
 
     measured: List[Dict] = []
 
@@ -102,7 +102,7 @@ def run_search(
         records = paired_runs(
             prompts,
             plain,
-            lambda p: selfspec_loop(parts, p, max_tokens, plan, k, threshold),
+            lambda p, caches: selfspec_loop(parts, p, max_tokens, plan, k, threshold, caches=caches),
             eos,
             repeats,
             warmup,

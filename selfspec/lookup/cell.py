@@ -47,7 +47,10 @@ def lookup_cell(
 
     def build(model, tokenizer):
         state["model"] = model
-        return Candidate(lambda prompt: lookup_stream(model, prompt, max_tokens, policy), {"extra_weight_gb": 0.0})
+        return Candidate(
+            lambda prompt, caches=None: lookup_stream(model, prompt, max_tokens, policy, caches),
+            {"extra_weight_gb": 0.0},
+        )
 
     result = run_cell(model_path, reference, prompt_set_path, settings, build)
     # Why it won or lost: the verify curve at the prompts' median context, and the speedup
@@ -62,4 +65,4 @@ def lookup_cell(
 def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
     """The candidate a finished cell ran, as `prompt -> TokenStream`, for other prompts."""
     policy = policy_of(cell)
-    return lambda prompt: lookup_stream(model, prompt, max_tokens, policy)
+    return lambda prompt, caches=None: lookup_stream(model, prompt, max_tokens, policy, caches)

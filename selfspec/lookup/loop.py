@@ -12,12 +12,13 @@ and single-token drafts refused in a row pause drafting for 2, 4, 8, then 16 tok
 """
 
 import time
-from typing import List
+from typing import List, Optional
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
+from ..core.prefill import PromptCaches, caches_of, prefill
 from .draft import DraftPolicy, NgramIndex
 
 
@@ -26,10 +27,16 @@ class LookupStream:
     `draft_seconds` is the host time spent finding drafts (index updates included)."""
 
     def __init__(
-        self, model: nn.Module, prompt: mx.array, max_tokens: int, policy: DraftPolicy, prefill_step_size: int = 2048
+        self,
+        model: nn.Module,
+        prompt: mx.array,
+        max_tokens: int,
+        policy: DraftPolicy,
+        prefill_step_size: int = 2048,
+        caches: Optional[PromptCaches] = None,
     ):
         self.model, self.prompt, self.max_tokens, self.policy = model, prompt, max_tokens, policy
-        self.prefill_step_size = prefill_step_size
+        self.prefill_step_size, self.caches = prefill_step_size, caches
         self.draft_seconds = 0.0
 
     def __iter__(self):
@@ -43,15 +50,11 @@ class LookupStream:
 
     def _run(self):
         model, policy, max_tokens = self.model, self.policy, self.max_tokens
-        cache = make_prompt_cache(model)
+        cache = caches_of(self.caches, [model]) or make_prompt_cache(model)
         if not can_trim_prompt_cache(cache):
             raise ValueError("prompt lookup needs a trimmable KV cache; this model's cache cannot be trimmed")
-        y = self.prompt
-        while y.size > 1:
-            n = min(self.prefill_step_size, y.size - 1)
-            model(y[:n][None], cache=cache)
-            mx.eval([c.state for c in cache])
-            y = y[n:]
+        prefill(model, self.prompt, cache, self.prefill_step_size)
+        y = self.prompt[cache[0].offset :]
         index = self._timed(NgramIndex, self.prompt.tolist(), policy)
 
         def step(y):
@@ -124,5 +127,7 @@ class LookupStream:
             y = mx.array([bonus], dtype=mx.uint32)
 
 
-def lookup_stream(model: nn.Module, prompt: mx.array, max_tokens: int, policy: DraftPolicy) -> LookupStream:
-    return LookupStream(model, prompt, max_tokens, policy)
+def lookup_stream(
+    model: nn.Module, prompt: mx.array, max_tokens: int, policy: DraftPolicy, caches: Optional[PromptCaches] = None
+) -> LookupStream:
+    return LookupStream(model, prompt, max_tokens, policy, caches=caches)

@@ -26,7 +26,8 @@ from .streams import TokenStream, greedy_answer, plain_stream
 class Candidate:
     """What a technique runs against plain decoding of the target.
 
-    stream: prompt -> TokenStream.
+    stream: (prompt, caches=None) -> TokenStream; `caches` holds the prompt prefilled once
+      (core.prefill.PromptCaches): a stream decodes from its copies, or prefills itself.
     extra: what the cell records beside the statistics; a callable is read after the runs
       (for what the runs measured, such as the draft's own time).
     tokenizer: the candidate's own tokenizer, where it differs from the target's (a
@@ -34,7 +35,7 @@ class Candidate:
       two share a vocabulary.
     """
 
-    stream: Callable[[mx.array], TokenStream]
+    stream: Callable[..., TokenStream]
     extra: Union[Dict, Callable[[], Dict]] = field(default_factory=dict)
     tokenizer: Optional[Any] = None
 
@@ -65,7 +66,7 @@ def run_cell(
     same_vocab = own_tok is None or own_tok.get_vocab() == tokenizer.get_vocab()
     records = paired_runs(
         prompts,
-        lambda prompt: plain_stream(model, prompt, max_tokens),
+        lambda prompt, caches: plain_stream(model, prompt, max_tokens, caches),
         candidate.stream,
         eos_ids(tokenizer),
         settings["repeats"],
@@ -100,5 +101,7 @@ def noise_cell(
         reference,
         prompt_set_path,
         settings,
-        lambda model, _: Candidate(lambda prompt: plain_stream(model, prompt, max_tokens), {"extra_weight_gb": 0.0}),
+        lambda model, _: Candidate(
+            lambda prompt, caches=None: plain_stream(model, prompt, max_tokens, caches), {"extra_weight_gb": 0.0}
+        ),
     )

@@ -3,7 +3,8 @@
 One process, one model load. After a warm-up, every prompt and repeat runs the baseline
 (plain decoding) and the candidate (a technique, or plain decoding again for the A/A noise
 floor) back to back, alternating which goes first, so that drift in machine speed hits
-both sides alike. Ratios are taken per pair, and every ratio, interval and acceptance rate
+both sides alike. Each prompt is prefilled once per model and every run decodes from a copy
+(core.prefill): decode timings are those of a fresh cache, end-to-end ones add that prefill. Ratios are taken per pair, and every ratio, interval and acceptance rate
 of a cell, the bench and the search is computed here (`summarize`, `PairedSummary`).
 """
 
@@ -14,6 +15,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import mlx.core as mx
 
 from .streams import GenerationStats, TokenStream, timed_generation
+from ..core.prefill import PromptCaches
 from ..core.stats import median_ci
 
 WARMUP_TOKENS = 8
@@ -33,6 +35,7 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> Optional[int]:
 def _summary(s: GenerationStats) -> Dict:
     return {
         "new_tokens": len(s.tokens),
+        "prefill_seconds": s.prefill_seconds,
         "prompt_seconds": s.prompt_seconds,
         "decode_seconds": s.decode_seconds,
         "decode_tps": s.decode_tps,
@@ -57,8 +60,8 @@ def paired_ratio(records: List[Dict], key: str = "decode_tps") -> Tuple[float, L
 
 def paired_runs(
     prompts: List[Dict],
-    baseline: Callable[[mx.array], TokenStream],
-    candidate: Callable[[mx.array], TokenStream],
+    baseline: Callable[[mx.array, PromptCaches], TokenStream],
+    candidate: Callable[[mx.array, PromptCaches], TokenStream],
     eos_ids: Sequence[int],
     repeats: int,
     warmup: int = 1,
@@ -70,7 +73,8 @@ def paired_runs(
 
     Args:
         prompts: dicts with `id` and `tokens` (prompt token ids).
-        baseline, candidate: make a token stream from a prompt array.
+        baseline, candidate: make a token stream from a prompt array and the prompt's
+          prefilled caches (a stream that takes none prefills itself, timed as its own).
         candidate_prompts, candidate_eos_ids: the candidate's own, where it has another
           tokenizer (a diffusion model against an autoregressive baseline); same ids.
     Returns:
@@ -80,11 +84,14 @@ def paired_runs(
     own = {p["id"]: p for p in candidate_prompts} if candidate_prompts else {p["id"]: p for p in prompts}
     c_arrays = {i: mx.array(p["tokens"], dtype=mx.uint32) for i, p in own.items()}
     c_eos = eos_ids if candidate_eos_ids is None else candidate_eos_ids
+    # One prefill per prompt and model, shared by both sides where they read the same tokens.
+    caches = {i: PromptCaches(a) for i, a in arrays.items()}
+    c_caches = caches if candidate_prompts is None else {i: PromptCaches(a) for i, a in c_arrays.items()}
 
     def side_args(side, pid):
         if side == "baseline":
-            return baseline, arrays[pid], len(arrays[pid]), eos_ids
-        return candidate, c_arrays[pid], len(c_arrays[pid]), c_eos
+            return baseline, arrays[pid], len(arrays[pid]), eos_ids, caches[pid]
+        return candidate, c_arrays[pid], len(c_arrays[pid]), c_eos, c_caches[pid]
 
     first = prompts[0]
     n, total = len(prompts), len(prompts) * repeats
@@ -93,8 +100,8 @@ def paired_runs(
     # and multi-token passes); a few tokens of each kind do that.
     for _ in range(warmup):
         for side in SIDES:
-            make, arr, n_prompt, eos = side_args(side, first["id"])
-            timed_generation(lambda: make(arr), n_prompt, eos, limit=WARMUP_TOKENS)
+            make, arr, n_prompt, eos, pc = side_args(side, first["id"])
+            timed_generation(lambda: make(arr, pc), n_prompt, eos, limit=WARMUP_TOKENS, caches=pc)
 
     records = []
     ratios = []
@@ -103,8 +110,8 @@ def paired_runs(
             order = list(SIDES) if (r + i) % 2 == 0 else list(reversed(SIDES))
             out = {}
             for side in order:
-                make, arr, n_prompt, eos = side_args(side, p["id"])
-                out[side] = timed_generation(lambda: make(arr), n_prompt, eos)
+                make, arr, n_prompt, eos, pc = side_args(side, p["id"])
+                out[side] = timed_generation(lambda: make(arr, pc), n_prompt, eos, caches=pc)
             records.append({"prompt_id": p["id"], "category": p.get("category"), "repeat": r, "order": order, **out})
             ratios.append(out["candidate"].decode_tps / out["baseline"].decode_tps)
             log(
@@ -124,7 +131,8 @@ class PairedSummary:
     Speedups are medians over (prompt, repeat) pairs of candidate / baseline tok/s, with 95%
     bootstrap intervals; `*_pooled` is total tokens over total time, candidate over baseline.
     Decode figures exclude prompt processing (tokens after the first over the time from the
-    first token to the last); `*_e2e` include it.
+    first token to the last); `*_e2e` include it (the prompt's prefill, measured once per
+    prompt and model, and the run's own first step).
     """
 
     baseline_tps: float
@@ -178,7 +186,9 @@ def summarize(records: List[Dict], reference: Optional[Dict[str, List[int]]]) ->
     def pooled(side, key):
         toks = sum(r[side].decode_count if key == "decode" else len(r[side].tokens) for r in records)
         secs = sum(
-            r[side].decode_seconds if key == "decode" else r[side].decode_seconds + r[side].prompt_seconds
+            r[side].decode_seconds
+            if key == "decode"
+            else r[side].decode_seconds + r[side].prompt_seconds + r[side].prefill_seconds
             for r in records
         )
         return toks / secs if secs > 0 else float("nan")

@@ -13,6 +13,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.generate import generate_step, speculative_generate_step
 
+from ..core.prefill import PromptCaches, caches_of, unprocessed
+
 
 # Each item: (token, from_draft, round_drafted). round_drafted is None unless this token is the
 # first one a new full-model pass emits; then it is how many tokens that round drafted.
@@ -32,7 +34,7 @@ class GenerationStats:
 
     tokens: List[int]
     prompt_tokens: int
-    prompt_seconds: float  # start to first token (prefill + first step)
+    prompt_seconds: float  # start to first token (the prefill, unless a copy was given, + first step)
     decode_seconds: float  # first token to last token
     drafted: int = 0
     accepted: int = 0
@@ -45,6 +47,9 @@ class GenerationStats:
     draft_seconds: Optional[float] = None
     # (drafted, accepted) of every full pass, in order: what each round proposed and kept.
     rounds: List[Tuple[int, int]] = field(default_factory=list)
+    # Seconds of the prefill measured once per prompt and model (core.prefill.PromptCaches)
+    # and copied into this run: part of its end-to-end time, not of prompt_seconds.
+    prefill_seconds: float = 0.0
 
     @property
     def decode_count(self) -> int:
@@ -57,7 +62,7 @@ class GenerationStats:
 
     @property
     def e2e_tps(self) -> float:
-        total = self.prompt_seconds + self.decode_seconds
+        total = self.prefill_seconds + self.prompt_seconds + self.decode_seconds
         return len(self.tokens) / total if total > 0 else float("nan")
 
     @property
@@ -69,14 +74,23 @@ class GenerationStats:
         return len(self.tokens) / self.full_passes if self.full_passes else float("nan")
 
 
-def plain_stream(model: nn.Module, prompt: mx.array, max_tokens: int) -> TokenStream:
-    """mlx-lm's own greedy `generate_step`."""
-    for tok, _ in generate_step(prompt, model, max_tokens=max_tokens):
+def plain_stream(
+    model: nn.Module, prompt: mx.array, max_tokens: int, caches: Optional[PromptCaches] = None
+) -> TokenStream:
+    """mlx-lm's own greedy `generate_step`; from a copy of the prefilled prompt where `caches`
+    holds one (every stream here takes `caches` so)."""
+    cache = caches_of(caches, [model])
+    for tok, _ in generate_step(unprocessed(prompt, cache), model, max_tokens=max_tokens, prompt_cache=cache):
         yield tok, False, 0
 
 
 def mlx_lm_selfspec_stream(
-    model: nn.Module, draft: nn.Module, prompt: mx.array, max_tokens: int, num_draft: int
+    model: nn.Module,
+    draft: nn.Module,
+    prompt: mx.array,
+    max_tokens: int,
+    num_draft: int,
+    caches: Optional[PromptCaches] = None,
 ) -> TokenStream:
     """mlx-lm's `speculative_generate_step` (two caches) with a draft model: the layer-skip
     draft for self-speculation, or a separate small model for two-model speculation.
@@ -85,8 +99,9 @@ def mlx_lm_selfspec_stream(
     closed by one target token, and it drafted min(k, tokens left), as mlx-lm does.
     """
     n, new_round = 0, True
+    cache = caches_of(caches, [model, draft])
     for tok, _, from_draft in speculative_generate_step(
-        prompt, model, draft, num_draft_tokens=num_draft, max_tokens=max_tokens
+        unprocessed(prompt, cache), model, draft, num_draft_tokens=num_draft, max_tokens=max_tokens, prompt_cache=cache
     ):
         drafted = min(num_draft, max_tokens - n) if new_round else None
         yield int(tok), bool(from_draft), drafted
@@ -99,9 +114,12 @@ def timed_generation(
     prompt_tokens: int,
     eos_ids: Iterable[int] = (),
     limit: Optional[int] = None,
+    caches: Optional[PromptCaches] = None,
 ) -> GenerationStats:
     """Run a stream until it ends, emits an EOS token (kept) or has emitted `limit` tokens,
-    timing it. A stream object with a `draft_seconds` attribute reports its drafting time."""
+    timing it. A stream object with a `draft_seconds` attribute reports its drafting time.
+    `caches`: the prompt's prefilled caches the stream takes copies of; their prefill time
+    is reported apart (`prefill_seconds`), also when this run was the one that made them."""
     eos = set(eos_ids)
     tokens: List[int] = []
     rounds: List[List[int]] = []
@@ -111,6 +129,8 @@ def timed_generation(
     t0 = time.perf_counter()
     t_first = None
     marked = False
+    if caches is not None:
+        caches.begin()
     stream = make_stream()
     for tok, from_draft, round_drafted in stream:
         if t_first is None:
@@ -133,7 +153,8 @@ def timed_generation(
     return GenerationStats(
         tokens=tokens,
         prompt_tokens=prompt_tokens,
-        prompt_seconds=t_first - t0,
+        prompt_seconds=t_first - t0 - (caches.fresh_seconds() if caches is not None else 0.0),
+        prefill_seconds=caches.used_seconds() if caches is not None else 0.0,
         decode_seconds=t_end - t_first,
         drafted=drafted,
         accepted=accepted,

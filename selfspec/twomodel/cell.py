@@ -48,7 +48,7 @@ def specdec_cell(
         draft, draft_tok = load(draft_path)
         check_same_vocab(tokenizer, draft_tok, model_name, draft_name)
         return Candidate(
-            lambda prompt: mlx_lm_selfspec_stream(model, draft, prompt, max_tokens, num_draft),
+            lambda prompt, caches=None: mlx_lm_selfspec_stream(model, draft, prompt, max_tokens, num_draft, caches),
             {
                 "draft_layers": len(draft.layers),
                 "target_weight_gb": weight_gb(model),
@@ -62,4 +62,4 @@ def specdec_cell(
 def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
     """The candidate a finished cell ran (its draft model, loaded by the caller, and k)."""
     draft, k = extra_models[cell["draft_model"]], cell["num_draft"]
-    return lambda prompt: mlx_lm_selfspec_stream(model, draft, prompt, max_tokens, k)
+    return lambda prompt, caches=None: mlx_lm_selfspec_stream(model, draft, prompt, max_tokens, k, caches)
