@@ -58,6 +58,7 @@ rule profile_model:
     params:
         contexts=config["profile"]["contexts"],
         repeats=config["profile"]["repeats"],
+        verify_contexts=config["profile"]["verify_contexts"],
     script:
         "../scripts/profile_model.py"
 

@@ -21,7 +21,7 @@ rule noise_floor:
         **TIMING,
     params:
         max_tokens=GENERATION["max_tokens"],
-        repeats=GENERATION["repeats"],
+        repeats=config["noise"].get("repeats", GENERATION["repeats"]),
         warmup=GENERATION["warmup"],
     script:
         "../scripts/noise_floor.py"
@@ -169,6 +169,20 @@ rule compare_techniques:
             subcategory="all models",
             labels={"result": "speedup by task category", "file": "Markdown"},
         ),
+        by_context=report(
+            "results/tables/techniques_by_context.csv",
+            caption="../report/techniques_by_context.rst",
+            category="Techniques compared",
+            subcategory="all models",
+            labels={"result": "speedup by context length", "file": "CSV"},
+        ),
+        by_context_md=report(
+            "results/tables/techniques_by_context.md",
+            caption="../report/techniques_by_context.rst",
+            category="Techniques compared",
+            subcategory="all models",
+            labels={"result": "speedup by context length", "file": "Markdown"},
+        ),
         answers=report(
             "results/tables/techniques_answers.csv",
             caption="../report/techniques_answers.rst",
@@ -193,6 +207,7 @@ rule plot_techniques:
         table=rules.compare_techniques.output.csv,
         per_prompt=rules.compare_techniques.output.per_prompt,
         by_category=rules.compare_techniques.output.by_category,
+        by_context=rules.compare_techniques.output.by_context,
     output:
         speedup=report(
             "results/plots/techniques_speedup.png",
@@ -221,6 +236,13 @@ rule plot_techniques:
             category="Techniques compared",
             subcategory="all models",
             labels={"result": "speedup by answer length (paired runs)", "file": "figure"},
+        ),
+        by_context=report(
+            "results/plots/speedup_by_context.png",
+            caption="../report/speedup_by_context.rst",
+            category="Techniques compared",
+            subcategory="all models",
+            labels={"result": "speedup by context length (paired runs)", "file": "figure"},
         ),
     log:
         "logs/plots/plot_techniques.log",

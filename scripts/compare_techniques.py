@@ -17,4 +17,6 @@ write_comparison(
     answers_path=snakemake.output.answers,
     category_csv=snakemake.output.by_category,
     category_md=snakemake.output.by_category_md,
+    context_csv=snakemake.output.by_context,
+    context_md=snakemake.output.by_context_md,
 )

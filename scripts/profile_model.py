@@ -10,5 +10,6 @@ result = run_profile(
     snakemake.wildcards.model,
     contexts=tuple(snakemake.params.contexts),
     repeats=snakemake.params.repeats,
+    verify_contexts=tuple(snakemake.params.verify_contexts),
 )
 write_json(result, snakemake.output[0])

@@ -86,3 +86,26 @@ def test_paired_runs_share_the_prefill_between_sides(model, prompt):
         assert r["baseline"].tokens == r["candidate"].tokens
     summary = summarize(records, {r["prompt_id"]: r["baseline"].tokens for r in records})
     assert summary.lossless and summary.per_prompt[0]["runs"][0]["baseline"]["prefill_seconds"] > 0
+
+
+def test_prompts_with_a_common_opening_share_its_prefill(model, prompt):
+    from selfspec.core.prefill import common_prefix, shared_prefix
+
+    doc = prompt[:40]
+    arrays = {
+        "a": mx.concatenate([doc, mx.array([3, 4, 5], mx.uint32)]),
+        "b": mx.concatenate([doc, mx.array([9, 8], mx.uint32)]),
+        "c": mx.array([7, 7, 7, 7], mx.uint32),
+        "d": doc[:30],  # wholly a prefix of "a"
+    }
+    assert common_prefix(arrays["a"], arrays["b"]) == 40 and common_prefix(arrays["a"], arrays["d"]) == 30
+    caches = shared_prefix(arrays, min_tokens=16)
+    assert caches["a"].base is None and caches["b"].base is caches["a"] and caches["c"].base is None
+    assert caches["d"].base is caches["a"]
+    for pid, arr in arrays.items():
+        fresh = timed_generation(lambda: plain_stream(model, arr, MAX), arr.size).tokens
+        shared = timed_generation(lambda: plain_stream(model, arr, MAX, caches[pid]), arr.size, caches=caches[pid])
+        assert shared.tokens == fresh, pid
+        assert caches[pid](model)[0].offset == arr.size - 1
+    # b's prefill is reported as a's (the shared document) plus its own rest.
+    assert caches["b"]._seconds[id(model)] >= caches["a"]._seconds[id(model)]

@@ -4,6 +4,11 @@ A set is YAML (`{description, format, prompts: [{id, text | turns, category}]}`)
 lines in Spec-Bench's format (`{question_id, category, turns}` per line, chat format). A
 prompt of several turns is a conversation: each later turn is asked after the model's own
 greedy answer to the one before, as Spec-Bench does (MT-bench's second turns).
+
+A YAML prompt may also name a `document` (a text file, relative to the set's file) and a
+`context_tokens` length: its first turn is then asked after as much of the document, cut at a
+line's end, as keeps the whole prompt within that many tokens of the model's own
+tokenizer. That is the context-length axis: one document, one question, several lengths.
 """
 
 import json
@@ -22,6 +27,9 @@ class Prompt:
     id: str
     turns: List[str]
     category: Optional[str] = None
+    # A document read before the first turn, cut to keep the prompt within context_tokens.
+    document: Optional[str] = None
+    context_tokens: Optional[int] = None
 
     @property
     def text(self) -> str:
@@ -65,7 +73,22 @@ def _from_yaml(path: Path) -> PromptSet:
         turns = p.get("turns") or ([p["text"]] if "text" in p else [])
         if not turns:
             raise ValueError(f"prompt set {path}: prompt {p.get('id', '?')} has neither text nor turns")
-        prompts.append(Prompt(str(p.get("id") or ""), [str(t) for t in turns], p.get("category")))
+        document, context = p.get("document"), p.get("context_tokens")
+        if isinstance(document, dict):  # a resolved set (write_prompt_set) carries the text itself
+            document = document["text"]
+        elif document is not None:
+            doc_path = path.parent / document
+            if not doc_path.is_file():
+                raise ValueError(f"prompt set {path}: prompt {p.get('id', '?')}'s document {doc_path} does not exist")
+            document = doc_path.read_text()
+        if (document is None) != (context is None) or (
+            context is not None and (not isinstance(context, int) or context < 64)
+        ):
+            raise ValueError(
+                f"prompt set {path}: prompt {p.get('id', '?')} needs both a document and context_tokens "
+                f"(an integer of at least 64), or neither"
+            )
+        prompts.append(Prompt(str(p.get("id") or ""), [str(t) for t in turns], p.get("category"), document, context))
     return PromptSet(
         prompts, data.get("format", "auto"), data.get("chat_template_kwargs", {}), data.get("description", "")
     )
@@ -106,7 +129,13 @@ def write_prompt_set(ps: PromptSet, out) -> None:
         "format": ps.format,
         "chat_template_kwargs": ps.chat_template_kwargs,
         "prompts": [
-            {"id": p.id, **({"category": p.category} if p.category else {}), "turns": p.turns} for p in ps.prompts
+            {
+                "id": p.id,
+                **({"category": p.category} if p.category else {}),
+                **({"document": {"text": p.document}, "context_tokens": p.context_tokens} if p.document else {}),
+                "turns": p.turns,
+            }
+            for p in ps.prompts
         ],
     }
     write_text(out, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
@@ -148,6 +177,8 @@ def encoded_prompts(
     for p in ps.prompts:
         messages: List[Dict[str, str]] = []
         for i, turn in enumerate(p.turns):
+            if i == 0 and p.document is not None:
+                turn = with_document(tokenizer, p, ps)
             messages.append({"role": "user", "content": turn})
             ids = encode_prompt(tokenizer, messages if len(p.turns) > 1 else turn, ps.format, ps.chat_template_kwargs)
             if i + 1 < len(p.turns):
@@ -156,5 +187,26 @@ def encoded_prompts(
                 eos = set(eos_ids(tokenizer))
                 reply = [t for t in answer(ids) if t not in eos]
                 messages.append({"role": "assistant", "content": tokenizer.decode(reply)})
-        out.append({"id": p.id, "tokens": ids, "category": p.category})
+        out.append({"id": p.id, "tokens": ids, "category": p.category, "context": p.context_tokens})
     return out
+
+
+def with_document(tokenizer, p: Prompt, ps: PromptSet) -> str:
+    """The first turn after the longest run of the document's opening lines (a paragraph, a
+    heading or a list item each) that keeps the prompt within `p.context_tokens` tokens."""
+    paragraphs = p.document.rstrip().split("\n")
+
+    def text(n: int) -> str:
+        return "\n".join(paragraphs[:n]).rstrip() + "\n\n" + p.turns[0]
+
+    def fits(n: int) -> bool:
+        return len(encode_prompt(tokenizer, text(n), ps.format, ps.chat_template_kwargs)) <= p.context_tokens
+
+    lo, hi = 0, len(paragraphs)  # fits(lo) holds; find the largest such n by bisection
+    if not fits(1):
+        raise ValueError(f"prompt {p.id}: the document's first line alone exceeds {p.context_tokens} tokens")
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return text(lo)

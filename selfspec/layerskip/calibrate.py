@@ -59,6 +59,18 @@ def run_calibration(
     log(
         f"calibration: {len(front['points'])} budgets; best predicted {best['predicted_speedup']:.2f}x at k={best['num_draft']}"
     )
+    # The frontier again at every longer context the profile measured: there attention costs
+    # more against MLP and a verify pass more against a token, so the best draft moves
+    # (KnapSpec). Agreement still comes from these calibration sequences.
+    by_context = []
+    for c in lat.contexts:
+        if c > context:
+            front_c = frontier(parts, seqs, score_from, lat.at(c), c, bins=bins)
+            best_c = choose(front_c, lat.at(c), 1.0, 8)
+            log(
+                f"calibration at context {c}: best predicted {best_c['predicted_speedup']:.2f}x at k={best_c['num_draft']}"
+            )
+            by_context.append(front_c)
     cfg = {"model": model_name, "calibration_set": Path(prompt_set_path).stem, "new_tokens": new_tokens, "bins": bins}
     return {
         **cfg,
@@ -71,6 +83,7 @@ def run_calibration(
             "num_draft": best["num_draft"],
             "budget": best["point"]["budget"] if best["point"] else None,
         },
+        "by_context": by_context,
         "environment": environment(cfg),
     }
 
@@ -92,7 +105,9 @@ def select_plan(
     which the prediction replays.
     """
     lat = LatencyModel.from_dict(profile["fit"])
-    best = choose(calibration, lat, skip_fraction, num_draft, threshold)
+    if strategy == "knapsack_context":
+        return select_by_context(calibration, lat, skip_fraction, num_draft, threshold)
+    best = choose(calibration, lat.at(calibration["context"]), skip_fraction, num_draft, threshold)
     n = calibration["n_layers"]
     if best["point"] is None or (strategy == "auto" and best["predicted_speedup"] <= 1.0 + margin):
         return {
@@ -110,3 +125,27 @@ def select_plan(
         "fallback": False,
         "predicted_agreement": best["point"]["agreement"],
     }
+
+
+def select_by_context(
+    calibration: Dict, lat: LatencyModel, skip_fraction: float, num_draft: int, threshold: Optional[float]
+) -> Dict:
+    """A draft for every context the calibration chose at (the calibration's own, and each
+    longer one the profile measured): the knapsack re-solved on that context's costs, as
+    KnapSpec does. The cell decodes each prompt with the draft of the context nearest its
+    length; `plan` is the calibration context's, the static knapsack's draft."""
+    n = calibration["n_layers"]
+    chosen = []
+    for front in [calibration] + list(calibration.get("by_context") or []):
+        best = choose(front, lat.at(front["context"]), skip_fraction, num_draft, threshold)
+        if best["point"] is None:
+            raise ValueError(f"no draft within skip fraction {skip_fraction} at context {front['context']:g}")
+        chosen.append(
+            {
+                "context": front["context"],
+                "plan": SkipPlan(n, tuple((r["layer"], r["part"]) for r in best["point"]["skipped_sublayers"])),
+                "num_draft": best["num_draft"],
+                "predicted_speedup": best["predicted_speedup"],
+            }
+        )
+    return {**chosen[0], "fallback": False, "predicted_agreement": None, "by_context": chosen}

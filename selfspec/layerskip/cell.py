@@ -2,13 +2,25 @@
 (model, strategy, skip fraction, draft length, engine), every token checked against the
 reference."""
 
-from typing import Dict, Optional
+import math
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..core.models import model_parts
 from ..measure.cell import Candidate, run_cell
 from .engines import engine as engine_of
 from .plan import SkipPlan
 from .strategies import REGISTRY as STRATEGY_REGISTRY
+
+
+def by_context(streams: List[Tuple[float, Callable]]) -> Callable:
+    """`(prompt, caches=None) -> TokenStream` that decodes each prompt with the stream chosen
+    for the context nearest its length (on a log scale)."""
+
+    def make(prompt, caches=None):
+        _, stream = min(streams, key=lambda s: abs(math.log(prompt.size) - math.log(s[0])))
+        return stream(prompt, caches)
+
+    return make
 
 
 def strategy_of(name: str):
@@ -69,7 +81,17 @@ def selfspec_cell(
             n_layers, skip_fraction, num_draft, inputs, {"auto_margin": auto_margin, "draft_threshold": threshold}
         )
         plan, draft_len = selection["plan"], selection["num_draft"]
-        if selection["fallback"]:
+        if selection.get("by_context"):
+            stream = by_context(
+                [
+                    (
+                        c["context"],
+                        loop.candidate(model, c["plan"], max_tokens, c["num_draft"], threshold, draft_adapt_target),
+                    )
+                    for c in selection["by_context"]
+                ]
+            )
+        elif selection["fallback"]:
             # auto predicted no gain (or search timed no draft within the limits): decode
             # plainly, with the engine's own plain loop.
             stream = loop.plain(model, max_tokens)
@@ -83,6 +105,16 @@ def selfspec_cell(
             # search only: the speedup timed on the calibration prompts, where the draft was picked.
             "calibration_speedup": selection.get("calibration_speedup"),
             "fallback": selection["fallback"],
+            # knapsack_context: the draft chosen for each context (a prompt takes the nearest).
+            "by_context": [
+                {
+                    "context": c["context"],
+                    "skipped_sublayers": c["plan"].as_records(),
+                    "draft_length_used": c["num_draft"],
+                    "predicted_speedup": c["predicted_speedup"],
+                }
+                for c in selection.get("by_context") or []
+            ],
             # The draft shares every weight with the model.
             "extra_weight_gb": 0.0,
         }
@@ -97,6 +129,23 @@ def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Option
     loop = engine_of(cell["engine"])
     if cell.get("fallback"):
         return loop.plain(model, max_tokens)
+    if cell.get("by_context"):
+        return by_context(
+            [
+                (
+                    c["context"],
+                    loop.candidate(
+                        model,
+                        SkipPlan(cell["n_layers"], tuple((r["layer"], r["part"]) for r in c["skipped_sublayers"])),
+                        max_tokens,
+                        c["draft_length_used"],
+                        cell.get("draft_threshold"),
+                        cell.get("draft_adapt_target"),
+                    ),
+                )
+                for c in cell["by_context"]
+            ]
+        )
     plan = SkipPlan(cell["n_layers"], tuple((r["layer"], r["part"]) for r in cell["skipped_sublayers"]))
     return loop.candidate(
         model, plan, max_tokens, cell["draft_length_used"], cell.get("draft_threshold"), cell.get("draft_adapt_target")

@@ -4,7 +4,8 @@ Kept apart from `profile` (which measures, with MLX) so that tables and plots re
 without importing MLX.
 """
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Dict, Sequence, Tuple
 
 import numpy as np
@@ -33,6 +34,22 @@ class LatencyModel:
     # Seconds per token of mlx-lm's plain decoding, which builds the next step's graph while
     # the current one computes; 0: unmeasured, use one synchronous pass.
     plain_token: float = 0.0
+    # The verify curve, in-context scales and plain token re-measured at longer contexts:
+    # ({context, verify_a, verify_b, attn_scale, mlp_scale, plain_token}, ...); `at` picks one.
+    at_context: Tuple[Dict, ...] = ()
+
+    def at(self, context: float) -> "LatencyModel":
+        """The model as measured nearest `context` (on a log scale): a k-token pass costs more
+        at long context on a CPU, so a draft chosen for one length can lose at another."""
+        if not self.at_context:
+            return self
+        m = min(self.at_context, key=lambda d: abs(math.log(max(context, 1)) - math.log(d["context"])))
+        return replace(self, **{k: v for k, v in m.items() if k in self.__dataclass_fields__ and k != "context"})
+
+    @property
+    def contexts(self) -> Tuple[int, ...]:
+        """The contexts `at` distinguishes (none: one model for every length)."""
+        return tuple(int(d["context"]) for d in self.at_context)
 
     def attention(self, context: float) -> float:
         if len(self.attn_contexts) >= 2:
@@ -59,7 +76,7 @@ class LatencyModel:
     @classmethod
     def from_dict(cls, d: Dict) -> "LatencyModel":
         kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        for k in ("attn_contexts", "attn_seconds"):
+        for k in ("attn_contexts", "attn_seconds", "at_context"):
             kw[k] = tuple(kw.get(k, ()))
         return cls(**kw)
 

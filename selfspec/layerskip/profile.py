@@ -55,9 +55,7 @@ def passes_at_context(parts, context: int, verify_tokens: Sequence[int], repeats
     """
     n = len(parts.layers)
     inner = range(1, n - 1)
-    cache = make_prompt_cache(parts.model)
-    forward(parts, mx.arange(context)[None] % 100 + 1, cache)
-    mx.eval([c.state for c in cache])
+    cache = context_caches(parts.model, context)(parts.model)
 
     def run(k, plan=None):
         def f():
@@ -87,17 +85,32 @@ def passes_at_context(parts, context: int, verify_tokens: Sequence[int], repeats
     }
 
 
+_LAST: Dict[str, object] = {}
+
+
+def context_caches(model, context: int):
+    """A synthetic prompt whose cache holds `context` tokens, prefilled once and copied for
+    every measurement at that context (a long prefill would otherwise dominate). One is kept
+    at a time, with its model (an 8k cache is hundreds of MB)."""
+    from ..core.prefill import PromptCaches
+
+    if _LAST.get("model") is not model or _LAST.get("context") != context:
+        _LAST.update(
+            model=model, context=context, caches=PromptCaches(mx.arange(context + 1, dtype=mx.uint32) % 100 + 1)
+        )
+    return _LAST["caches"]
+
+
 def plain_token_share(parts, context: int, tokens: int = 32, repeats: int = 5) -> float:
     """mlx-lm's plain decoding, seconds per token, as a share of one synchronous one-token
     pass timed right after it (alternating, median of the ratios). Plain decoding builds the
     next step's graph while the current one computes, so this is below 1."""
     from ..measure.streams import plain_stream, timed_generation
 
-    prompt = mx.arange(context, dtype=mx.uint32) % 100 + 1
-    timed_generation(lambda: plain_stream(parts.model, prompt, 8), context)
-    cache = make_prompt_cache(parts.model)
-    forward(parts, prompt[None], cache)
-    mx.eval([c.state for c in cache])
+    caches = context_caches(parts.model, context)
+    prompt = caches.prompt
+    timed_generation(lambda: plain_stream(parts.model, prompt, 8, caches), context, caches=caches)
+    cache = caches(parts.model)
     tok = mx.array([[5]])
 
     def one_pass():
@@ -107,7 +120,7 @@ def plain_token_share(parts, context: int, tokens: int = 32, repeats: int = 5) -
 
     ratios = []
     for _ in range(repeats):
-        g = timed_generation(lambda: plain_stream(parts.model, prompt, tokens), context)
+        g = timed_generation(lambda: plain_stream(parts.model, prompt, tokens, caches), context, caches=caches)
         ratios.append(g.decode_seconds / (len(g.tokens) - 1) / _time(one_pass, tokens, warmup=2))
     return statistics.median(ratios)
 
@@ -124,8 +137,12 @@ def profile_model(
     repeats: int,
     verify_tokens: Sequence[int] = tuple(range(1, 9)),
     verify_context: int = 128,
+    verify_contexts: Sequence[int] = (),
     layer: int = 1,
 ) -> Dict:
+    """The device profile. `verify_contexts`: longer contexts at which the verify curve, the
+    in-context sublayer scales and plain decoding's token time are measured again, for
+    drafts chosen per context length (LatencyModel.at)."""
     parts = model_parts(model)
     blk = parts.layers[min(layer, len(parts.layers) - 1)]
     x1 = parts.embed_tokens(mx.array([[1]]))
@@ -180,6 +197,12 @@ def profile_model(
     fit.mlp_scale = _scale(in_ctx["mlp_seconds"] * share, mlp_time)
     plain_share = plain_token_share(parts, verify_context)
     fit.plain_token = plain_share * fit.full_pass(1)
+    by_context = [at_longer_context(parts, fit, c, verify_tokens, max(10, repeats // 2)) for c in verify_contexts]
+    fit.at_context = tuple(
+        [{"context": verify_context, **{k: getattr(fit, k) for k in AT_CONTEXT_KEYS}}] + by_context
+        if by_context
+        else []
+    )
     return {
         "layer_profiled": min(layer, len(parts.layers) - 1),
         "contexts": list(contexts),
@@ -195,6 +218,28 @@ def profile_model(
         "fit": asdict(fit),
         "heldout": heldout_error(contexts, attn_times, verify_tokens, verify_times),
         "repeats": repeats,
+    }
+
+
+AT_CONTEXT_KEYS = ("verify_a", "verify_b", "attn_scale", "mlp_scale", "plain_token")
+
+
+def at_longer_context(parts, fit: LatencyModel, context: int, verify_tokens: Sequence[int], repeats: int) -> Dict:
+    """The verify curve, the sublayers' in-context scales and plain decoding's token time at
+    one longer context (the isolated attention curve already spans the contexts)."""
+    at_ctx = passes_at_context(parts, context, verify_tokens, repeats)
+    verify_a, verify_b = _fit_line(verify_tokens, at_ctx["verify_seconds"])
+    local = LatencyModel(**{**asdict(fit), "verify_a": verify_a, "verify_b": verify_b, "at_context": ()})
+    in_ctx = at_ctx["in_context"]
+    share = local.full_pass(1) / in_ctx["full_seconds"]
+    return {
+        "context": context,
+        "verify_a": verify_a,
+        "verify_b": verify_b,
+        "attn_scale": _scale(in_ctx["attention_seconds"] * share, fit.attention(context) / fit.attn_scale),
+        "mlp_scale": _scale(in_ctx["mlp_seconds"] * share, fit.mlp),
+        "plain_token": plain_token_share(parts, context, tokens=16, repeats=3) * local.full_pass(1),
+        "verify_seconds": at_ctx["verify_seconds"],
     }
 
 

@@ -50,6 +50,10 @@ def _select_auto(*args) -> Dict:
     return _select_knapsack(*args, strategy="auto")
 
 
+def _select_knapsack_context(*args) -> Dict:
+    return _select_knapsack(*args, strategy="knapsack_context")
+
+
 def _select_search(n_layers, skip_fraction, num_draft, inputs, settings) -> Dict:
     from .search import select_searched
 
@@ -82,6 +86,13 @@ REGISTRY: Dict[str, Strategy] = {
             "sublayers chosen by a knapsack over the device profile and calibration",
             "most of the skippable per-token time skipped",
             _select_knapsack,
+            ("profile", "calibration"),
+        ),
+        Strategy(
+            "knapsack_context",
+            "knapsack re-solved at each profiled context; each prompt drafts with its length's choice",
+            "most of the skippable per-token time skipped",
+            _select_knapsack_context,
             ("profile", "calibration"),
         ),
         Strategy(

@@ -113,6 +113,14 @@ def rows(target: str, cells: List[Dict], earlier=None):
     if b is None:
         return []
     out = [("self-spec (best)", label(b), b)]
+    # Drafts re-chosen per context beside the static knapsack draft: both rows, so the
+    # context axis compares them (whichever is best is already in).
+    drafting = [c for c in cells if not c.get("fallback")]
+    if any(c["strategy"] == "knapsack_context" for c in drafting):
+        for strategy, row in (("knapsack_context", "context-aware draft"), ("knapsack", "static draft")):
+            own = best([c for c in drafting if c["strategy"] == strategy])
+            if own is not None and own is not b:
+                out.append((f"self-spec ({row})", label(own), own))
     if earlier:
         match = [
             c
@@ -122,7 +130,7 @@ def rows(target: str, cells: List[Dict], earlier=None):
             and abs(c["skip_fraction"] - earlier.get("skip_fraction", -1)) < 1e-9
             and c["num_draft"] == earlier.get("num_draft")
         ]
-        if match:
+        if match and all(match[0] is not c for *_, c in out):
             out.append(("self-spec (seeds' config)", label(match[0]), match[0]))
     return out
 

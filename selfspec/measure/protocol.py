@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import mlx.core as mx
 
 from .streams import GenerationStats, TokenStream, timed_generation
-from ..core.prefill import PromptCaches
+from ..core.prefill import PromptCaches, shared_prefix
 from ..core.stats import median_ci
 
 WARMUP_TOKENS = 8
@@ -85,8 +85,9 @@ def paired_runs(
     c_arrays = {i: mx.array(p["tokens"], dtype=mx.uint32) for i, p in own.items()}
     c_eos = eos_ids if candidate_eos_ids is None else candidate_eos_ids
     # One prefill per prompt and model, shared by both sides where they read the same tokens.
-    caches = {i: PromptCaches(a) for i, a in arrays.items()}
-    c_caches = caches if candidate_prompts is None else {i: PromptCaches(a) for i, a in c_arrays.items()}
+    # Prompts that open with the same document share that prefix's prefill as well.
+    caches = shared_prefix(arrays)
+    c_caches = caches if candidate_prompts is None else shared_prefix(c_arrays)
 
     def side_args(side, pid):
         if side == "baseline":
@@ -112,7 +113,16 @@ def paired_runs(
             for side in order:
                 make, arr, n_prompt, eos, pc = side_args(side, p["id"])
                 out[side] = timed_generation(lambda: make(arr, pc), n_prompt, eos, caches=pc)
-            records.append({"prompt_id": p["id"], "category": p.get("category"), "repeat": r, "order": order, **out})
+            records.append(
+                {
+                    "prompt_id": p["id"],
+                    "category": p.get("category"),
+                    "context": p.get("context"),
+                    "repeat": r,
+                    "order": order,
+                    **out,
+                }
+            )
             ratios.append(out["candidate"].decode_tps / out["baseline"].decode_tps)
             log(
                 f"pair {len(records)}/{total}: prompt {i + 1} of {n} ({p['id']}), repeat {r + 1} of {repeats}: "
@@ -218,6 +228,8 @@ def summarize(records: List[Dict], reference: Optional[Dict[str, List[int]]]) ->
             {
                 "prompt_id": pid,
                 "category": rs[0].get("category"),
+                # The context length the prompt was cut to (a document prompt), else None.
+                "context": rs[0].get("context"),
                 "prompt_tokens": rs[0]["baseline"].prompt_tokens,
                 "tokens": rs[0]["candidate"].tokens,
                 **checked,

@@ -11,7 +11,7 @@ from typing import Callable, Generator, Iterable, List, Optional, Tuple
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.generate import generate_step, speculative_generate_step
+from mlx_lm.generate import generate_step, generation_stream, speculative_generate_step
 
 from ..core.prefill import PromptCaches, caches_of, unprocessed
 
@@ -124,6 +124,9 @@ def timed_generation(
     tokens: List[int] = []
     rounds: List[List[int]] = []
     drafted = accepted = full_passes = 0
+    # mlx-lm's generate_step queues one step past the last token read, on its own stream:
+    # drain it, so that no run starts with the previous run's work in flight.
+    mx.synchronize(generation_stream)
     mx.synchronize()
     mx.reset_peak_memory()
     t0 = time.perf_counter()
@@ -149,6 +152,7 @@ def timed_generation(
         if tok in eos or len(tokens) == limit:
             break
     t_end = time.perf_counter()
+    mx.synchronize(generation_stream)
     t_first = t_first or t_end
     return GenerationStats(
         tokens=tokens,

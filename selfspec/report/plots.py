@@ -441,3 +441,35 @@ def regime_map(by_category: pd.DataFrame, out) -> None:
     )
     fig.tight_layout()
     _write(fig, out, bbox_inches="tight")
+
+
+def speedup_by_context(by_context: pd.DataFrame, out) -> None:
+    """Median paired decode speedup (95% CI) against context length, one line per technique
+    row and one panel per target: where attention's cost grows with the context, drafts that
+    skip it (and verify passes) change price, so a technique can cross 1.0x at some length."""
+    sns.set_theme(style="ticks")
+    d = by_context[(by_context.context != "overall")].copy()
+    d["context"] = d.context.astype(float)
+    d["row"] = d.technique + ": " + d.config
+    targets = list(dict.fromkeys(d.target))
+    fig, axes = plt.subplots(1, max(1, len(targets)), figsize=(7.5 * max(1, len(targets)) + 3.5, 4.6), squeeze=False)
+    for ax, t in zip(axes[0], targets):
+        g = d[d.target == t]
+        for i, (row, r) in enumerate(g.groupby("row", sort=False)):
+            r = r.sort_values("context")
+            err = [r.speedup - r.speedup_ci_low, r.speedup_ci_high - r.speedup]
+            ax.errorbar(
+                r.context * (1 + 0.03 * (i - 2)), r.speedup, yerr=err, marker="o", ms=4, capsize=3, lw=1.2, label=row
+            )
+        ax.axhline(1.0, color="black", lw=0.8, ls="--")
+        ax.set_xscale("log", base=2)
+        ticks = sorted(g.context.unique())
+        ax.set_xticks(ticks, [f"{int(x):,}" for x in ticks])
+        ax.set(
+            xlabel="context length (tokens; a document prompt's cut, else the prompt rounded up)",
+            ylabel="decode speedup over plain\n(median of paired runs, 95% CI)",
+            title=f"target: {t}",
+        )
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.suptitle("Speedup by context length", fontsize=11)
+    _save(fig, out)

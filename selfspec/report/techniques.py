@@ -8,6 +8,7 @@ set: lossless rows are run there too (selfspec.quality.check_rows) and their tok
 with plain's; `quality_basis` says where each score comes from.
 """
 
+import math
 from typing import Dict, List, Optional
 
 import pandas as pd
@@ -134,6 +135,8 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
                         "config": r["config"],
                         "prompt_id": pp["prompt_id"],
                         "category": pp.get("category") or "-",
+                        "prompt_tokens": pp.get("prompt_tokens"),
+                        "context": context_bucket(pp.get("context"), pp.get("prompt_tokens")),
                         "repeat": run["repeat"],
                         "decode_tps": run[side]["decode_tps"],
                         "e2e_tps": run[side]["e2e_tps"],
@@ -156,22 +159,31 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
 OVERALL = "overall"
 
 
-def category_frame(per_prompt: pd.DataFrame) -> pd.DataFrame:
+def context_bucket(context, prompt_tokens) -> int:
+    """A prompt's context length as the axis shows it: the length a document prompt was cut
+    to, else its token count rounded up to a power of two (a chat prompt of 45 tokens: 64)."""
+    if context is not None and not pd.isna(context):
+        return int(context)
+    return int(2 ** math.ceil(math.log2(max(int(prompt_tokens or 1), 1))))
+
+
+def category_frame(per_prompt: pd.DataFrame, by: str = "category") -> pd.DataFrame:
     """Per (target, technique row, category), and over all categories: the median of the
     paired decode speedups with its 95% bootstrap interval, tokens per full pass and
-    acceptance (accepted over drafted tokens), from the rows' paired runs."""
+    acceptance (accepted over drafted tokens), from the rows' paired runs. `by="context"`
+    groups by context length instead (the column is then named `context`)."""
     from ..core.stats import median_ci
 
     out = []
     keys = ["target", "technique", "config"]
     for key, g in per_prompt.groupby(keys, sort=False):
-        for category, c in [*g.groupby("category", sort=True), (OVERALL, g)]:
+        for category, c in [*g.groupby(by, sort=True), (OVERALL, g)]:
             med, (lo, hi) = median_ci(c.speedup.tolist())
             drafted = c.drafted.sum()
             out.append(
                 {
                     **dict(zip(keys, key)),
-                    "category": category,
+                    by: category,
                     "speedup": med,
                     "speedup_ci_low": lo,
                     "speedup_ci_high": hi,
@@ -184,18 +196,18 @@ def category_frame(per_prompt: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def leaderboard(by_category: pd.DataFrame) -> str:
-    """Markdown in Spec-Bench's leaderboard layout: techniques down, categories across, each
-    cell the speedup [95% CI] and, below it, tokens per full pass."""
-    cats = sorted(c for c in by_category.category.unique() if c != OVERALL) + [OVERALL]
+def leaderboard(by_category: pd.DataFrame, by: str = "category") -> str:
+    """Markdown in Spec-Bench's leaderboard layout: techniques down, categories (or context
+    lengths) across, each cell the speedup [95% CI] and, below it, tokens per full pass."""
+    cats = sorted((c for c in by_category[by].unique() if c != OVERALL), key=_axis_order) + [OVERALL]
     lines = []
     for target, g in by_category.groupby("target", sort=False):
-        lines += [f"### target: {target}", "", "| technique | config | " + " | ".join(cats) + " |"]
+        lines += [f"### target: {target}", "", "| technique | config | " + " | ".join(map(str, cats)) + " |"]
         lines.append("|---|---|" + "---|" * len(cats))
         for (tech, config), r in g.groupby(["technique", "config"], sort=False):
             cells = []
             for cat in cats:
-                row = r[r.category == cat]
+                row = r[r[by] == cat]
                 if row.empty:
                     cells.append("")
                     continue
@@ -254,6 +266,8 @@ def write_comparison(
     answers_path=None,
     category_csv=None,
     category_md=None,
+    context_csv=None,
+    context_md=None,
 ) -> pd.DataFrame:
     from ..core.atomic import atomic_path, write_text
     from .tables import load_cells
@@ -301,4 +315,14 @@ def write_comparison(
         with atomic_path(category_csv) as tmp:
             by_category.to_csv(tmp, index=False)
         write_text(category_md, leaderboard(by_category) + "\n")
+    if context_csv is not None:
+        by_context = category_frame(per_prompt.astype({"context": object}), by="context")
+        with atomic_path(context_csv) as tmp:
+            by_context.to_csv(tmp, index=False)
+        write_text(context_md, leaderboard(by_context, by="context") + "\n")
     return df
+
+
+def _axis_order(value):
+    # Context lengths sort as numbers, categories as text.
+    return (0, float(value), "") if str(value).isdigit() else (1, 0.0, str(value))
