@@ -10,7 +10,7 @@ import pytest
 
 from selfspec.core.models import load
 from selfspec.core.prompts import encoded_prompts, eos_ids, load_prompt_set, prompt_set_file, write_prompt_set
-from selfspec.measure.reference import reference_outputs
+from selfspec.measure.reference import reference_outputs, stored_answers
 from selfspec.measure.streams import greedy_answer, plain_stream, timed_generation
 from selfspec.report.plots import regime_map
 from selfspec.report.techniques import OVERALL, category_frame, leaderboard
@@ -91,6 +91,12 @@ def test_second_turn_follows_the_models_own_greedy_answer(chat_model, tmp_path):
     eos = eos_ids(tok)
     assert ref["outputs"][0]["tokens"] == timed_generation(lambda: plain_stream(model, prompt, 8), 0, eos).tokens
     assert ref["outputs"][0]["category"] == "writing"
+    # The reference keeps its answer to the first turn; cells reuse it instead of decoding it again.
+    assert [a["ids"] for a in ref["earlier_answers"]] == [list(first)]
+    calls = []
+    answers = stored_answers(ref, lambda ids: calls.append(ids) or [])
+    assert encoded_prompts(tok, path, answers)[0]["tokens"] == enc[0]["tokens"] and calls == []
+    assert answers([1, 2, 3]) == [] and calls == [[1, 2, 3]]
 
 
 def _pairs(technique, speedups_by_category, drafted=4, accepted=2):

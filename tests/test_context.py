@@ -188,3 +188,28 @@ def test_speedup_by_context_plot(tmp_path):
     out = tmp_path / "ctx.png"
     speedup_by_context(pd.DataFrame(rows), out)
     assert out.stat().st_size > 10_000
+
+
+def test_diffusion_rows_carry_their_agreement_with_plain_decoding():
+    rows = [
+        {
+            "target": "m",
+            "technique": "diffusion",
+            "config": "block 32",
+            "prompt_id": f"p{i}",
+            "category": cat,
+            "context": 64,
+            "speedup": 0.4,
+            "answer_tokens": 16,
+            "passes": 4,
+            "drafted": 0,
+            "accepted": 0,
+            "token_agreement": agree,
+        }
+        for i, (cat, agree) in enumerate((("qa", 0.5), ("qa", 0.7), ("writing", 0.1)))
+    ]
+    table = category_frame(pd.DataFrame(rows))
+    by = dict(zip(table.category, table.token_agreement))
+    assert by["qa"] == pytest.approx(0.6) and by["writing"] == pytest.approx(0.1)
+    md = leaderboard(table)
+    assert "60% agree" in md and "4.00 tok/pass" in md

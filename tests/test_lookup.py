@@ -156,5 +156,7 @@ def test_adaptive_policy_shortens_drafts_after_a_refusal(tiny):
         b = timed_generation(lambda: lookup_stream(model, prompt, 40, adaptive), len(p))
         assert a.tokens == b.tokens
         drafting = [(k, m) for k, m in b.rounds if k]
+        # The first draft is short; the fixed policy's may take all 8.
+        assert not drafting or drafting[0][0] <= 2
         for (k, m), (k_next, _) in zip(drafting, drafting[1:]):
             assert k_next <= (min(8, 2 * k) if m == k else m + 1)

@@ -6,8 +6,8 @@ Rounds without a match decode as mlx-lm's `generate_step` does, with the next st
 before the current token is read. While a step is queued its token is unknown, so whether a
 draft may follow is looked up one token early (the n-gram before it); only then is the token
 read before the next pass, and the draft taken from the exact context. With an adaptive
-policy the draft length follows recent acceptance (doubling after a draft kept whole, one
-more than was kept after a refusal), so a context that stops copying costs short verifies,
+policy the draft length follows recent acceptance (starting at two tokens, doubling after a
+draft kept whole, one more than was kept after a refusal), so a context that stops copying costs short verifies,
 and single-token drafts refused in a row pause drafting for 2, 4, 8, then 16 tokens.
 """
 
@@ -19,7 +19,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
 from ..core.prefill import PromptCaches, caches_of, prefill
-from .draft import DraftPolicy, NgramIndex
+from .draft import FIRST_DRAFT, DraftPolicy, NgramIndex
 
 
 class LookupStream:
@@ -67,7 +67,9 @@ class LookupStream:
         y = step(y)
         mx.async_eval(y)
         known = False  # whether y's value has been read (and emitted); y is never yet in the cache
-        cap = policy.num_draft  # the most drafted next round: adapts to recent acceptance
+        # The most drafted next round: with an adaptive policy it follows recent acceptance,
+        # starting short (a first draft is a guess the answer has not confirmed yet).
+        cap = min(policy.num_draft, FIRST_DRAFT) if policy.adaptive else policy.num_draft
         # Backoff: after single-token drafts refused in a row, no draft for 2, 4, .. 16 tokens.
         refusals, quiet_until = 0, 0
         n = 0

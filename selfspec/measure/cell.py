@@ -17,7 +17,7 @@ from ..core.log import log
 from ..core.models import load
 from ..core.prompts import encoded_prompts, eos_ids
 from .protocol import paired_runs
-from .reference import reference_tokens
+from .reference import reference_tokens, stored_answers
 from .results import measured_result
 from .streams import TokenStream, greedy_answer, plain_stream
 
@@ -58,8 +58,10 @@ def run_cell(
     max_tokens = settings["max_tokens"]
     cfg = {**settings, "model": settings["target"], "prompt_set": Path(prompt_set_path).stem}
     model, tokenizer = load(model_path)
-    # A conversation's earlier turns are answered by the target's own greedy decoding.
-    prompts = encoded_prompts(tokenizer, prompt_set_path, greedy_answer(model, max_tokens, eos_ids(tokenizer)))
+    # A conversation's earlier turns are answered by the target's own greedy decoding: the
+    # reference's answers, kept when it ran (regenerated only for a reference without them).
+    answers = stored_answers(reference, greedy_answer(model, max_tokens, eos_ids(tokenizer)))
+    prompts = encoded_prompts(tokenizer, prompt_set_path, answers)
     ref = reference_tokens(prompts, reference, max_tokens)
     candidate = build(model, tokenizer)
     own_tok = candidate.tokenizer

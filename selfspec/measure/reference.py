@@ -1,7 +1,7 @@
 """The ground truth every lossless cell is checked against: mlx-lm's `generate_step`, greedy."""
 
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 import mlx.core as mx
 
@@ -18,7 +18,17 @@ def reference_outputs(model_path, prompt_set_path, max_tokens: int, model_name: 
     model, tokenizer = load(model_path)
     eos = eos_ids(tokenizer)
     outputs = []
-    prompts = encoded_prompts(tokenizer, prompt_set_path, greedy_answer(model, max_tokens, eos))
+    # A conversation's earlier turns are answered once, here, and the answers kept: every
+    # cell asks its last turn after these same tokens (earlier_answers).
+    answer = greedy_answer(model, max_tokens, eos)
+    earlier = []
+
+    def answer_and_keep(ids):
+        tokens = answer(ids)
+        earlier.append({"ids": list(ids), "tokens": tokens})
+        return tokens
+
+    prompts = encoded_prompts(tokenizer, prompt_set_path, answer_and_keep)
     # Prompts that open with the same document prefill it once (copies decode exactly alike).
     caches = shared_prefix({p["id"]: mx.array(p["tokens"], mx.uint32) for p in prompts})
     for p in prompts:
@@ -41,8 +51,16 @@ def reference_outputs(model_path, prompt_set_path, max_tokens: int, model_name: 
         "eos_ids": eos,
         "n_layers": len(model.layers),
         "outputs": outputs,
+        "earlier_answers": earlier,
         "environment": environment(cfg),
     }
+
+
+def stored_answers(reference: Dict, fallback: Callable[[List[int]], List[int]]) -> Callable[[List[int]], List[int]]:
+    """`ids -> tokens`: the reference's answer to an earlier turn where it kept one for
+    exactly these ids, else `fallback` (plain greedy decoding, as the reference ran it)."""
+    kept = {tuple(a["ids"]): a["tokens"] for a in reference.get("earlier_answers") or []}
+    return lambda ids: kept[tuple(ids)] if tuple(ids) in kept else fallback(ids)
 
 
 def reference_tokens(prompts: List[Dict], reference: Dict, max_tokens: int) -> Dict[str, List[int]]:

@@ -151,6 +151,9 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
                         "drafted": run[side]["drafted"],
                         "accepted": run[side]["accepted"],
                         "draft_seconds": run[side].get("draft_seconds"),
+                        # Share of plain decoding's tokens reproduced (1.0 where lossless; a
+                        # diffusion model's agreement with plain decoding).
+                        "token_agreement": pp.get("token_agreement"),
                     }
                 )
     return pd.DataFrame(out)
@@ -189,6 +192,9 @@ def category_frame(per_prompt: pd.DataFrame, by: str = "category") -> pd.DataFra
                     "speedup_ci_high": hi,
                     "tokens_per_pass": c.answer_tokens.sum() / c.passes.sum() if c.passes.sum() else float("nan"),
                     "acceptance_rate": c.accepted.sum() / drafted if drafted else float("nan"),
+                    "token_agreement": c.token_agreement.astype(float).mean()
+                    if "token_agreement" in c
+                    else float("nan"),
                     "prompts": c.prompt_id.nunique(),
                     "pairs": len(c),
                 }
@@ -212,8 +218,15 @@ def leaderboard(by_category: pd.DataFrame, by: str = "category") -> str:
                     cells.append("")
                     continue
                 x = row.iloc[0]
+                # A diffusion row is not lossless: how much of plain decoding's answer it gave.
+                agree = (
+                    f"<br>{x.token_agreement:.0%} agree"
+                    if tech == "diffusion" and "token_agreement" in x and pd.notna(x.token_agreement)
+                    else ""
+                )
                 cells.append(
                     f"{x.speedup:.2f}x [{x.speedup_ci_low:.2f}, {x.speedup_ci_high:.2f}]<br>{x.tokens_per_pass:.2f} tok/pass"
+                    + agree
                 )
             lines.append(f"| {tech} | {config} | " + " | ".join(cells) + " |")
         lines.append("")
