@@ -64,7 +64,8 @@ def run_calibration(
     # (KnapSpec). Agreement still comes from these calibration sequences.
     by_context = []
     for c in lat.contexts:
-        if c > context:
+        # Only where the costs differ from the calibration context's own.
+        if c > context and lat.at(c) != lat.at(context):
             front_c = frontier(parts, seqs, score_from, lat.at(c), c, bins=bins)
             best_c = choose(front_c, lat.at(c), 1.0, 8)
             log(
