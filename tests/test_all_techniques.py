@@ -76,18 +76,27 @@ def test_diffusion_quality_scores_its_own_answers(run):
     assert set(q["answers"]) == set(q["answer_tokens"]) and "block diffusion" in q["decoding"]
 
 
+def seeds_rows_where_not_best(expected, got):
+    """The expected rows, less a seeds' row that is absent because the best cell is the seeds'
+    configuration (the table then shows one row for both); which cell is best is timing."""
+    return [r for r in expected if "seeds'" not in r or r in got]
+
+
 def test_lossless_rows_are_checked_on_the_question_set(run):
     d, _ = run
     plain = json.loads((d / "results/quality/tiny/stdlib_quiz.json").read_text())
     check = json.loads((d / "results/quality_check/tiny/stdlib_quiz.json").read_text())
     techniques = [r["technique"] for r in check["rows"]]
-    assert techniques == [
-        "self-spec (best)",
-        "self-spec (seeds' config)",
-        "two-model (best)",
-        "two-model (seeds' config)",
-        "prompt lookup (best)",
-    ]
+    assert techniques == seeds_rows_where_not_best(
+        [
+            "self-spec (best)",
+            "self-spec (seeds' config)",
+            "two-model (best)",
+            "two-model (seeds' config)",
+            "prompt lookup (best)",
+        ],
+        techniques,
+    )
     for r in check["rows"]:
         # Greedy speculation reproduces plain's tokens on these questions as well.
         assert r["tokens_equal_plain"], (r["technique"], r["first_divergence"])
@@ -97,7 +106,7 @@ def test_lossless_rows_are_checked_on_the_question_set(run):
 def test_techniques_table_has_every_technique_with_its_quality_basis(run):
     d, _ = run
     df = pd.read_csv(d / "results/tables/techniques.csv")
-    assert list(df.technique) == [
+    expected = [
         "plain",
         "self-spec (best)",
         "self-spec (seeds' config)",
@@ -106,6 +115,7 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
         "prompt lookup (best)",
         "diffusion",
     ]
+    assert list(df.technique) == seeds_rows_where_not_best(expected, list(df.technique))
     diff = df[df.technique == "diffusion"].iloc[0]
     q = json.loads((d / "results/quality/tiny-diff/stdlib_quiz/block8_thr0.9.json").read_text())
     assert diff.quality == pytest.approx(q["score"]) and diff.quality_basis == "own answers"

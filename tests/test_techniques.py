@@ -147,3 +147,15 @@ def test_comparison_has_one_row_per_technique_and_configuration():
     # A technique that is not lossless gets no borrowed quality.
     rows = compare([_cell("m", 1.3, lossless=False)], {"m": {"score": 0.6}}, noise={"m": aa})
     assert rows[1]["quality"] != rows[1]["quality"]  # NaN
+
+
+def test_no_second_row_when_the_best_is_the_earlier_studys_configuration():
+    from selfspec.twomodel.technique import rows as twomodel_rows
+
+    two = dict(technique="twomodel", draft_model="d", draft_source={"kind": "model", "name": "d"})
+    cells = [_cell("m", 1.2, num_draft=2, **two), _cell("m", 0.9, num_draft=4, **two)]
+    assert [r[0] for r in twomodel_rows("m", cells, {"num_draft": 2})] == ["two-model (best)"]
+    assert [r[0] for r in twomodel_rows("m", cells, {"num_draft": 4})] == [
+        "two-model (best)",
+        "two-model (seeds' config)",
+    ]

@@ -31,7 +31,8 @@ def rows(target: str, cells: List[Dict], earlier=None):
         return []
     out = [("two-model (best)", f"k={b['num_draft']}", b)]
     match = [c for c in cells if earlier and c["num_draft"] == earlier.get("num_draft")]
-    if match:
+    # Where the best is the earlier study's configuration, one row says both.
+    if match and match[0] is not b:
         out.append(("two-model (seeds' config)", f"k={match[0]['num_draft']}", match[0]))
     return out
 
