@@ -13,20 +13,15 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from .forward import forward
 from ..core.models import ModelParts
-from ..core.prefill import PromptCaches, caches_of, unprocessed
+from ..core.prefill import PromptCaches, caches_of, prefill, unprocessed
 from .plan import SkipPlan
 
 
 def _prefill(parts: ModelParts, prompt: mx.array, cache: List, step: int) -> mx.array:
     """Run all but the last prompt token into the cache (those it does not hold yet); return
     what is left."""
-    y = unprocessed(prompt, cache)
-    while y.size > 1:
-        n = min(step, y.size - 1)
-        forward(parts, y[:n][None], cache)
-        mx.eval([c.state for c in cache])
-        y = y[n:]
-    return y
+    prefill(parts.model, prompt, cache, step)
+    return unprocessed(prompt, cache)
 
 
 def plain_loop(

@@ -19,7 +19,7 @@ from typing import Dict, Sequence
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import KVCache, make_prompt_cache
+from mlx_lm.models.cache import KVCache
 
 from .forward import forward
 from .latency import LatencyModel, interpolate
@@ -45,7 +45,7 @@ def _fit_line(x, y):
     return float(a), float(b)
 
 
-def passes_at_context(parts, context: int, verify_tokens: Sequence[int], repeats: int) -> Dict:
+def passes_at_context(parts, context: int, verify_tokens: Sequence[int], repeats: int, caches=None) -> Dict:
     """At one context, round-robin: a full forward of k tokens for every k (the verify curve),
     and one-token passes with every inner attention, or every inner MLP, skipped. Interleaving
     makes drift in machine speed hit every kind alike, so their ratios hold.
@@ -55,7 +55,7 @@ def passes_at_context(parts, context: int, verify_tokens: Sequence[int], repeats
     """
     n = len(parts.layers)
     inner = range(1, n - 1)
-    cache = context_caches(parts.model, context)(parts.model)
+    cache = (caches or context_caches(context))(parts.model)
 
     def run(k, plan=None):
         def f():
@@ -85,29 +85,21 @@ def passes_at_context(parts, context: int, verify_tokens: Sequence[int], repeats
     }
 
 
-_LAST: Dict[str, object] = {}
-
-
-def context_caches(model, context: int):
+def context_caches(context: int):
     """A synthetic prompt whose cache holds `context` tokens, prefilled once and copied for
-    every measurement at that context (a long prefill would otherwise dominate). One is kept
-    at a time, with its model (an 8k cache is hundreds of MB)."""
+    every measurement at that context (a long prefill would otherwise dominate)."""
     from ..core.prefill import PromptCaches
 
-    if _LAST.get("model") is not model or _LAST.get("context") != context:
-        _LAST.update(
-            model=model, context=context, caches=PromptCaches(mx.arange(context + 1, dtype=mx.uint32) % 100 + 1)
-        )
-    return _LAST["caches"]
+    return PromptCaches(mx.arange(context + 1, dtype=mx.uint32) % 100 + 1)
 
 
-def plain_token_share(parts, context: int, tokens: int = 32, repeats: int = 5) -> float:
+def plain_token_share(parts, context: int, tokens: int = 32, repeats: int = 5, caches=None) -> float:
     """mlx-lm's plain decoding, seconds per token, as a share of one synchronous one-token
     pass timed right after it (alternating, median of the ratios). Plain decoding builds the
     next step's graph while the current one computes, so this is below 1."""
     from ..measure.streams import plain_stream, timed_generation
 
-    caches = context_caches(parts.model, context)
+    caches = caches or context_caches(context)
     prompt = caches.prompt
     timed_generation(lambda: plain_stream(parts.model, prompt, 8, caches), context, caches=caches)
     cache = caches(parts.model)
@@ -173,7 +165,8 @@ def profile_model(
     mlp_time = _time(lambda: mx.eval(blk.mlp(blk.post_attention_layernorm(x1))), repeats)
     fixed_time = _time(lambda: mx.eval(parts.head(parts.norm(parts.embed_tokens(mx.array([[1]]))))), repeats)
 
-    at_ctx = passes_at_context(parts, verify_context, verify_tokens, max(10, repeats // 2))
+    base = context_caches(verify_context)  # one prefill for the verify curve and plain decoding
+    at_ctx = passes_at_context(parts, verify_context, verify_tokens, max(10, repeats // 2), base)
     verify_times, in_ctx = at_ctx["verify_seconds"], at_ctx["in_context"]
 
     attn_a, attn_b = _fit_line(contexts, attn_times)
@@ -195,7 +188,7 @@ def profile_model(
     share = fit.full_pass(1) / in_ctx["full_seconds"]
     fit.attn_scale = _scale(in_ctx["attention_seconds"] * share, fit.attention(verify_context))
     fit.mlp_scale = _scale(in_ctx["mlp_seconds"] * share, mlp_time)
-    plain_share = plain_token_share(parts, verify_context)
+    plain_share = plain_token_share(parts, verify_context, caches=base)
     fit.plain_token = plain_share * fit.full_pass(1)
     by_context = [at_longer_context(parts, fit, c, verify_tokens, max(10, repeats // 2)) for c in verify_contexts]
     fit.at_context = tuple(
@@ -227,7 +220,8 @@ AT_CONTEXT_KEYS = ("verify_a", "verify_b", "attn_scale", "mlp_scale", "plain_tok
 def at_longer_context(parts, fit: LatencyModel, context: int, verify_tokens: Sequence[int], repeats: int) -> Dict:
     """The verify curve, the sublayers' in-context scales and plain decoding's token time at
     one longer context (the isolated attention curve already spans the contexts)."""
-    at_ctx = passes_at_context(parts, context, verify_tokens, repeats)
+    caches = context_caches(context)
+    at_ctx = passes_at_context(parts, context, verify_tokens, repeats, caches)
     verify_a, verify_b = _fit_line(verify_tokens, at_ctx["verify_seconds"])
     local = LatencyModel(**{**asdict(fit), "verify_a": verify_a, "verify_b": verify_b, "at_context": ()})
     in_ctx = at_ctx["in_context"]
@@ -238,7 +232,7 @@ def at_longer_context(parts, fit: LatencyModel, context: int, verify_tokens: Seq
         "verify_b": verify_b,
         "attn_scale": _scale(in_ctx["attention_seconds"] * share, fit.attention(context) / fit.attn_scale),
         "mlp_scale": _scale(in_ctx["mlp_seconds"] * share, fit.mlp),
-        "plain_token": plain_token_share(parts, context, tokens=16, repeats=3) * local.full_pass(1),
+        "plain_token": plain_token_share(parts, context, tokens=16, repeats=3, caches=caches) * local.full_pass(1),
         "verify_seconds": at_ctx["verify_seconds"],
     }
 
