@@ -455,11 +455,15 @@ def speedup_by_context(by_context: pd.DataFrame, out) -> None:
     fig, axes = plt.subplots(1, max(1, len(targets)), figsize=(7.5 * max(1, len(targets)) + 3.5, 4.6), squeeze=False)
     for ax, t in zip(axes[0], targets):
         g = d[d.target == t]
+        n_rows = g.row.nunique()
         for i, (row, r) in enumerate(g.groupby("row", sort=False)):
             r = r.sort_values("context")
             err = [r.speedup - r.speedup_ci_low, r.speedup_ci_high - r.speedup]
             ax.errorbar(
-                r.context * (1 + 0.03 * (i - 2)), r.speedup, yerr=err, marker="o", ms=4, capsize=3, lw=1.2, label=row
+                r.context
+                * (
+                    1 + 0.03 * (i - (n_rows - 1) / 2)
+                )  # dodged around the tick, r.speedup, yerr=err, marker="o", ms=4, capsize=3, lw=1.2, label=row
             )
         ax.axhline(1.0, color="black", lw=0.8, ls="--")
         ax.set_xscale("log", base=2)
