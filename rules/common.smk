@@ -110,7 +110,7 @@ def get_prompt_source(wildcards):
 
 
 def get_prompt_set(wildcards):
-    """The prompts every cell times: the set, narrowed by generation.per_category."""
+    """The prompts every cell times: the set, narrowed by generation.categories and per_category."""
     return output_path(rules.prompt_set.output[0], prompt_set=PROMPT_SET)
 
 

@@ -16,7 +16,9 @@ rule prompt_set:
     conda:
         "../envs/selfspec.yaml"
     params:
-        # The first N prompts of each category (generation.per_category), or all of them.
+        # Only these categories (generation.categories), and the first N prompts of each
+        # (generation.per_category); null keeps them all.
+        categories=GENERATION.get("categories"),
         per_category=GENERATION.get("per_category"),
     script:
         "../scripts/prompt_set.py"
@@ -80,6 +82,7 @@ rule calibrate_model:
         **TIMING,
     params:
         new_tokens=LAYERSKIP["calibration_tokens"],
+        bins=LAYERSKIP["calibration_bins"],
     script:
         "../scripts/calibrate_model.py"
 

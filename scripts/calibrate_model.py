@@ -12,5 +12,6 @@ result = run_calibration(
     json.load(open(snakemake.input.profile)),
     model_name=snakemake.wildcards.model,
     new_tokens=snakemake.params.new_tokens,
+    bins=snakemake.params.bins,
 )
 write_json(result, snakemake.output[0])

@@ -26,6 +26,18 @@ def test_the_shipped_category_set_covers_spec_benchs_13_categories(repo):
     assert [p.id for p in one.prompts][:2] == ["writing_1", "roleplay_1"]
 
 
+def test_a_category_subset_keeps_the_named_categories_and_refuses_unknown_ones(repo, tmp_path):
+    path = repo / "config/prompts/categories.yaml"
+    some = load_prompt_set(path, per_category=1, categories=["translation", "writing"])
+    # In the set's own order, one of each.
+    assert [p.id for p in some.prompts] == ["writing_1", "translation_1"]
+    assert len(load_prompt_set(path, categories=["rag"]).prompts) == 2
+    with pytest.raises(ValueError, match="no prompt of category 'poetry'.*it has: coding"):
+        load_prompt_set(path, categories=["rag", "poetry"])
+    with pytest.raises(ValueError, match="it has: no categories"):
+        load_prompt_set(repo / "config/prompts/chat_quick.yaml", categories=["rag"])
+
+
 def test_per_category_needs_categories(repo):
     with pytest.raises(ValueError, match="per_category needs a category"):
         load_prompt_set(repo / "config/prompts/chat_quick.yaml", per_category=1)

@@ -102,6 +102,14 @@ CASES = {
         ["layerskip.skip_fractions", "0.9", "first or last layer", "tiny"],
     ),
     "unknown_prompt_set": (lambda c: c["generation"].update(prompt_set="nope"), ["generation.prompt_set", "nope"]),
+    "unknown_category": (
+        lambda c: c["generation"].update(prompt_set="categories", categories=["translation", "poetry"]),
+        ["generation.prompt_set / categories", "'poetry'", "it has: coding"],
+    ),
+    "categories_on_a_set_without_them": (
+        lambda c: c["generation"].update(categories=["rag"]),
+        ["generation.prompt_set / categories", "it has: no categories"],
+    ),
     "generation_setting_left_in_layerskip": (
         layerskip(max_tokens=8),
         ["layerskip", "Additional properties are not allowed ('max_tokens' was unexpected)"],

@@ -124,7 +124,9 @@ def test_lookup_cell_is_lossless_and_says_why(tiny, repo):
     assert sum(r["drafted"] * r["passes"] for r in cell["rounds"]) == cell["drafted_tokens"]
     assert sum(r["accepted"] * r["passes"] for r in cell["rounds"]) == cell["accepted_tokens"]
     assert cell["draft_share"] is not None and 0 <= cell["draft_share"] < 1
-    assert set(cell["verify_costs"]["seconds"]) == {"1", "2", "3", "4", "5"}
+    # The verify curve at one token and at every length a round verified: what the replay prices.
+    verified = {r["drafted"] + 1 for r in cell["rounds"] if r["drafted"]}
+    assert verified and set(cell["verify_costs"]["seconds"]) == {"1"} | {str(k) for k in verified}
     assert cell["replayed_speedup"] > 0
     # Rebuilt from its cell (for the question set), it runs the same policy.
     make = candidate_from_cell(model, cell, 24, {})

@@ -14,7 +14,7 @@ tokenizer. That is the context-length axis: one document, one question, several 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import yaml
 
@@ -94,8 +94,9 @@ def _from_yaml(path: Path) -> PromptSet:
     )
 
 
-def load_prompt_set(path, per_category: Optional[int] = None) -> PromptSet:
-    """A prompt set file; with `per_category`, the first N prompts of each category."""
+def load_prompt_set(path, per_category: Optional[int] = None, categories: Optional[Sequence[str]] = None) -> PromptSet:
+    """A prompt set file; with `categories`, only the prompts of those categories, and with
+    `per_category`, the first N prompts of each category."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"prompt set file {path} does not exist")
@@ -107,6 +108,15 @@ def load_prompt_set(path, per_category: Optional[int] = None) -> PromptSet:
         raise ValueError(f"prompt set {path}: every prompt needs a unique id")
     if ps.format not in PROMPT_FORMATS:
         raise ValueError(f"prompt set {path}: format '{ps.format}' is not one of {PROMPT_FORMATS}")
+    if categories is not None:
+        have = sorted({p.category for p in ps.prompts if p.category is not None})
+        unknown = [c for c in categories if c not in have]
+        if unknown:
+            raise ValueError(
+                f"prompt set {path}: no prompt of categor{'y' if len(unknown) == 1 else 'ies'} "
+                f"{', '.join(map(repr, unknown))} (it has: {', '.join(have) or 'no categories'})"
+            )
+        ps.prompts = [p for p in ps.prompts if p.category in set(categories)]
     if per_category is not None:
         if any(p.category is None for p in ps.prompts):
             raise ValueError(f"prompt set {path}: per_category needs a category on every prompt")

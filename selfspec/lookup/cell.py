@@ -53,10 +53,12 @@ def lookup_cell(
         )
 
     result = run_cell(model_path, reference, prompt_set_path, settings, build)
-    # Why it won or lost: the verify curve at the prompts' median context, and the speedup
-    # its rounds predict at those costs (plain decoding priced at its measured speed).
+    # Why it won or lost: the verify curve at the prompts' median context, at the lengths its
+    # rounds verified (and one token), and the speedup its rounds predict at those costs
+    # (plain decoding priced at its measured speed).
     context = statistics.median_low(p["prompt_tokens"] for p in result["per_prompt"])
-    costs = verify_costs(state["model"], [0] * context, range(1, num_draft + 2), cost_repeats)
+    ks = sorted({1} | {r["drafted"] + 1 for r in result["rounds"] if r["drafted"]})
+    costs = verify_costs(state["model"], [0] * context, ks, cost_repeats)
     result["verify_costs"] = {"context": context, "seconds": {str(k): v for k, v in costs.items()}}
     result["replayed_speedup"] = replayed_speedup(result["rounds"], costs, 1.0 / result["baseline_tps"])
     return result

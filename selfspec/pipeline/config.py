@@ -65,9 +65,9 @@ def check_config(config: Dict, basedir: str = ".") -> None:
             "config/prompts/spec_bench.jsonl)"
         ) from None
     try:
-        load_prompt_set(prompt_file, gen.get("per_category"))
+        load_prompt_set(prompt_file, gen.get("per_category"), gen.get("categories"))
     except ValueError as e:
-        raise ConfigError(f"generation.prompt_set / per_category: {e}") from None
+        raise ConfigError(f"generation.prompt_set / categories / per_category: {e}") from None
     bench = config.get("bench")
     if bench and bench.get("model") and bench["model"] not in models:
         raise ConfigError(f"bench.model: '{bench['model']}' is not a configured model")
