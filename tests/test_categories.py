@@ -4,6 +4,7 @@ multi-turn questions), a per-category subset, and the per-category table and map
 import json
 
 import mlx.core as mx
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -153,3 +154,8 @@ def test_category_table_and_map(tmp_path):
     assert "2.20x [" in md
     regime_map(t, tmp_path / "map.png")
     assert (tmp_path / "map.png").stat().st_size > 0
+    # With the context dimension, a second panel maps the same rows by context length.
+    pp["context"] = [1024 if i % 2 else 4096 for i in range(len(pp))]
+    regime_map(t, tmp_path / "map_ctx.png", category_frame(pp, by="context"))
+    width = {name: plt.imread(tmp_path / name).shape[1] for name in ("map.png", "map_ctx.png")}
+    assert width["map_ctx.png"] > 1.3 * width["map.png"]

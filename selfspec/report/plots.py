@@ -389,54 +389,85 @@ def techniques_by_length(per_prompt: pd.DataFrame, out) -> None:
     _save(fig, out)
 
 
-def regime_map(by_category: pd.DataFrame, out) -> None:
-    """Where each technique wins: its median paired speedup per task category (and over
-    all), colour centred on 1.0x (blue faster than plain decoding, red slower), one panel
-    per target; a cell whose 95% interval lies above 1.0 and above the A/A run's interval in
-    that category (the noise floor) is boxed."""
+def _regime_panel(ax, g: pd.DataFrame, key: str, columns, xlabel: str, lim: float, cbar: bool = True) -> None:
+    """One heatmap of technique rows x `key` columns, centred on 1.0x; a cell is boxed where
+    its 95% interval lies above 1.0 and above the A/A row's interval in that column."""
     from matplotlib.colors import TwoSlopeNorm
     from matplotlib.patches import Rectangle
 
+    g = g.copy()
+    g["row"] = g.technique + "\n" + g.config
+
+    def grid_of(value):
+        return g.pivot_table(index="row", columns=key, values=value, sort=False).reindex(columns=columns)
+
+    grid = grid_of("speedup")
+    lo = grid_of("speedup_ci_low").reindex(index=grid.index)
+    hi = grid_of("speedup_ci_high").reindex(index=grid.index)
+    floor = hi[hi.index.str.startswith("plain\n")].max(axis=0).reindex(columns).fillna(1.0).clip(lower=1.0)
+    sns.heatmap(
+        grid,
+        ax=ax,
+        cmap="RdBu",
+        norm=TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=lim),
+        annot=True,
+        fmt=".2f",
+        annot_kws={"fontsize": 7},
+        cbar=cbar,
+        cbar_kws={"label": "decode speedup over plain (median)"},
+        linewidths=0.5,
+    )
+    if cbar:
+        ax.collections[0].colorbar.ax.yaxis.label.set_size(8)
+    for i in range(grid.shape[0]):
+        for j in range(grid.shape[1]):
+            plain_row = grid.index[i].startswith("plain\n")
+            if not plain_row and np.isfinite(lo.values[i, j]) and lo.values[i, j] > floor.values[j]:
+                ax.add_patch(Rectangle((j, i), 1, 1, fill=False, edgecolor="black", lw=1.6))
+    ax.set(xlabel=xlabel, ylabel="")
+    ax.tick_params(axis="y", labelsize=7, rotation=0)
+    ax.tick_params(axis="x", labelsize=8, rotation=45)
+
+
+def regime_map(by_category: pd.DataFrame, out, by_context: Optional[pd.DataFrame] = None) -> None:
+    """Where each technique wins: its median paired speedup per task category (and over
+    all), colour centred on 1.0x (blue faster than plain decoding, red slower), one row of
+    panels per target; with `by_context`, a second panel maps the same rows by context
+    length. A cell whose 95% interval lies above 1.0 and above the A/A run's interval in
+    that column (the noise floor) is boxed."""
     sns.set_theme(style="white")
     targets = list(dict.fromkeys(by_category.target))
     cats = sorted(c for c in by_category.category.unique() if c != "overall") + ["overall"]
+    ctxs = []
+    if by_context is not None and len(by_context):
+        by_context = by_context.assign(context=by_context.context.astype(str))
+        ctxs = sorted((c for c in by_context.context.unique() if c != "overall"), key=float) + ["overall"]
     rows_per = max(
         1, by_category.groupby("target")[["technique", "config"]].apply(lambda g: len(g.drop_duplicates())).max()
     )
-    fig, axes = plt.subplots(len(targets), 1, figsize=(1.0 * len(cats) + 4.5, 0.55 * rows_per + 1.6), squeeze=False)
-    for ax, t in zip(axes[:, 0], targets):
-        g = by_category[by_category.target == t].copy()
-        g["row"] = g.technique + "\n" + g.config
-        grid = g.pivot_table(index="row", columns="category", values="speedup", sort=False).reindex(columns=cats)
-        lo = g.pivot_table(index="row", columns="category", values="speedup_ci_low", sort=False).reindex(
-            index=grid.index, columns=cats
-        )
-        hi = g.pivot_table(index="row", columns="category", values="speedup_ci_high", sort=False).reindex(
-            index=grid.index, columns=cats
-        )
-        floor = hi[hi.index.str.startswith("plain\n")].max(axis=0).reindex(cats).fillna(1.0).clip(lower=1.0)
-        lim = max(1.5, float(np.nanmax(grid.values)) if np.isfinite(grid.values).any() else 1.5)
-        sns.heatmap(
-            grid,
-            ax=ax,
-            cmap="RdBu",
-            norm=TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=lim),
-            annot=True,
-            fmt=".2f",
-            annot_kws={"fontsize": 7},
-            cbar_kws={"label": "decode speedup over plain (median)"},
-            linewidths=0.5,
-        )
-        for i in range(grid.shape[0]):
-            for j in range(grid.shape[1]):
-                plain_row = grid.index[i].startswith("plain\n")
-                if not plain_row and np.isfinite(lo.values[i, j]) and lo.values[i, j] > floor.values[j]:
-                    ax.add_patch(Rectangle((j, i), 1, 1, fill=False, edgecolor="black", lw=1.6))
-        ax.set(xlabel="task category", ylabel="", title=f"target: {t}")
-        ax.tick_params(axis="y", labelsize=7)
-        ax.tick_params(axis="x", labelsize=8, rotation=45)
+    values = [by_category.speedup] + ([by_context.speedup] if ctxs else [])
+    top = max((float(np.nanmax(v.values)) for v in values if np.isfinite(v.values).any()), default=1.5)
+    lim = max(1.5, top)
+    # Each panel keeps its row labels (the two frames need not list rows in one order).
+    widths = [len(cats) + 3.0] + ([len(ctxs) + 3.0] if ctxs else [])
+    fig, axes = plt.subplots(
+        len(targets),
+        len(widths),
+        figsize=(1.0 * sum(widths) + 4.5, 0.55 * rows_per + 2.4),
+        squeeze=False,
+        gridspec_kw={"width_ratios": widths},
+    )
+    for row_axes, t in zip(axes, targets):
+        g = by_category[by_category.target == t]
+        _regime_panel(row_axes[0], g, "category", cats, "task category", lim, cbar=not ctxs)
+        row_axes[0].set_title(f"target: {t}, by task category", fontsize=9)
+        if ctxs:
+            g = by_context[by_context.target == t]
+            _regime_panel(row_axes[1], g, "context", ctxs, "context length (tokens)", lim)
+            row_axes[1].set_title(f"target: {t}, by context length", fontsize=9)
+    what = "task category and context length" if ctxs else "task category"
     fig.suptitle(
-        "Regime map: speedup by technique and task category\n(boxed: 95% interval above 1.0x and above the A/A run's)",
+        f"Regime map: speedup by technique, {what}\n(boxed: 95% interval above 1.0x and above the A/A run's)",
         fontsize=10,
     )
     fig.tight_layout()
