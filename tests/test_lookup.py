@@ -5,8 +5,15 @@ import mlx.core as mx
 import pytest
 
 from selfspec.core.models import load
-from selfspec.lookup.cell import candidate_from_cell, lookup_cell
-from selfspec.lookup.draft import DraftPolicy, NgramIndex
+from selfspec.lookup.cell import candidate_from_cell, lookup_cell, policy_of
+from selfspec.lookup.draft import (
+    PRIOR_KEPT,
+    PRIOR_REFUSED,
+    AcceptanceEstimate,
+    DraftPolicy,
+    NgramIndex,
+    gated_length,
+)
 from selfspec.lookup.loop import lookup_stream
 from selfspec.measure.costs import replayed_speedup
 from selfspec.measure.reference import reference_outputs
@@ -66,6 +73,8 @@ PROMPTS = [
         DraftPolicy(num_draft=2, max_ngram=2, min_ngram=1),
         DraftPolicy(num_draft=5, max_ngram=3, min_ngram=2),
         DraftPolicy(num_draft=8, max_ngram=3, min_ngram=1, adaptive=True),
+        # The cost gate, with a verify curve under which drafts pay at the prior's acceptance.
+        DraftPolicy(num_draft=4, max_ngram=3, min_ngram=1, adaptive=True, verify_cost=(1.0, 1.05, 1.1, 1.15, 1.2)),
     ],
 )
 @pytest.mark.parametrize("max_tokens", [1, 2, 7, 40])
@@ -88,6 +97,45 @@ def test_lookup_gives_plain_decodings_tokens(tiny, policy, max_tokens):
         assert drafted > 0  # the prompts and answers repeat themselves: something matched
 
 
+# The verify curve measured on the 2-core CPU (categories run, 52 tokens of context), in
+# single-token passes, and a flat one such as Apple Silicon's.
+CPU_COSTS = (1.0, 1.49, 1.66, 1.72, 1.95, 1.88, 2.21, 2.28, 2.51)
+FLAT_COSTS = (1.0, 1.03, 1.06, 1.09, 1.12, 1.15, 1.18, 1.21, 1.24)
+
+
+def test_cost_gate_drafts_only_what_pays():
+    # At 36% acceptance (math_reasoning's), no draft pays for a verify at 1.5x a pass ...
+    assert gated_length(8, 0.36, CPU_COSTS) == 0
+    # ... but on a flat curve a long draft does; at 87% (translation's) one does on the CPU
+    # (5 tokens: the most expected tokens per unit of this measured curve).
+    assert gated_length(8, 0.36, FLAT_COSTS) >= 1
+    assert gated_length(8, 0.87, CPU_COSTS) == 5
+    # Never more than the limit, nor beyond the curve.
+    assert gated_length(2, 0.95, FLAT_COSTS) == 2 and gated_length(20, 0.99, FLAT_COSTS) == 8
+    # The prior alone lets the CPU draft (2:1 kept), and a refusal moves it below break-even.
+    est = AcceptanceEstimate()
+    assert est.rate == pytest.approx(PRIOR_KEPT / (PRIOR_KEPT + PRIOR_REFUSED))
+    assert gated_length(2, est.rate, CPU_COSTS) > 0
+    est.update(2, 0)
+    est.update(1, 0)
+    assert gated_length(8, est.rate, CPU_COSTS) == 0
+    # Evidence fades with emitted tokens, so the gate probes again later.
+    est.emitted(100)
+    assert gated_length(2, est.rate, CPU_COSTS) > 0
+
+
+def test_a_prohibitive_verify_curve_keeps_the_loop_plain(tiny):
+    _, model, _ = tiny
+    prompt = mx.array(PROMPTS[0], dtype=mx.uint32)
+    free = DraftPolicy(num_draft=4, max_ngram=3, min_ngram=1)
+    gated = DraftPolicy(num_draft=4, max_ngram=3, min_ngram=1, verify_cost=(1.0, 9.0, 9.0, 9.0, 9.0))
+    plain = timed_generation(lambda: plain_stream(model, prompt, 30), len(PROMPTS[0]))
+    a = timed_generation(lambda: lookup_stream(model, prompt, 30, free), len(PROMPTS[0]))
+    b = timed_generation(lambda: lookup_stream(model, prompt, 30, gated), len(PROMPTS[0]))
+    assert a.tokens == b.tokens == plain.tokens
+    assert a.drafted > 0 and b.drafted == 0 and b.full_passes == 30
+
+
 def test_lookup_stops_at_eos(tiny):
     _, model, _ = tiny
     prompt = mx.array(PROMPTS[0], dtype=mx.uint32)
@@ -99,7 +147,8 @@ def test_lookup_stops_at_eos(tiny):
     assert a.tokens == b.tokens and b.tokens[-1] == eos[0]
 
 
-def test_lookup_cell_is_lossless_and_says_why(tiny, repo):
+@pytest.mark.parametrize("cost_gate", [False, True])
+def test_lookup_cell_is_lossless_and_says_why(tiny, repo, cost_gate):
     path, model, _ = tiny
     prompts = repo / "config/prompts/stdlib_code.yaml"
     ref = reference_outputs(path, prompts, 24, "tiny")
@@ -115,6 +164,7 @@ def test_lookup_cell_is_lossless_and_says_why(tiny, repo):
         max_tokens=24,
         repeats=1,
         warmup=1,
+        cost_gate=cost_gate,
         cost_repeats=2,
     )
     assert cell["technique"] == "lookup" and cell["target"] == cell["model"] == "tiny"
@@ -124,9 +174,13 @@ def test_lookup_cell_is_lossless_and_says_why(tiny, repo):
     assert sum(r["drafted"] * r["passes"] for r in cell["rounds"]) == cell["drafted_tokens"]
     assert sum(r["accepted"] * r["passes"] for r in cell["rounds"]) == cell["accepted_tokens"]
     assert cell["draft_share"] is not None and 0 <= cell["draft_share"] < 1
-    # The verify curve at one token and at every length a round verified: what the replay prices.
-    verified = {r["drafted"] + 1 for r in cell["rounds"] if r["drafted"]}
-    assert verified and set(cell["verify_costs"]["seconds"]) == {"1"} | {str(k) for k in verified}
+    # The verify curve, measured before the runs, at every length a round may verify.
+    assert set(cell["verify_costs"]["seconds"]) == {"1", "2", "3", "4", "5"}
+    # The gate's curve, rebuilt from the cell: relative to one token, one entry per draft length.
+    rebuilt = policy_of(cell).verify_cost
+    assert cell["cost_gate"] is cost_gate and (rebuilt is None) is (not cost_gate)
+    if cost_gate:
+        assert len(rebuilt) == 5 and rebuilt[0] == 1.0 and all(c > 0 for c in rebuilt)
     assert cell["replayed_speedup"] > 0
     # Rebuilt from its cell (for the question set), it runs the same policy.
     make = candidate_from_cell(model, cell, 24, {})

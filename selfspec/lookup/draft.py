@@ -2,7 +2,7 @@
 context's last n tokens, in the prompt or the output so far. It reads no weights."""
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -17,12 +17,17 @@ class DraftPolicy:
       draft kept whole), instead of `num_draft` every round; its first draft is at most
       `FIRST_DRAFT` tokens (on the categories run, 12 first drafts of 8 tokens were refused
       whole, each a 9-token verify for one token).
+    verify_cost: with it, the cost gate: `verify_cost[k]` is what a pass verifying k drafts
+      (k + 1 tokens) costs, in single-token passes (measured on the machine, at the prompts'
+      context). A round drafts the length that maximizes expected tokens per unit of cost at
+      the recent acceptance (`gated_length`), and none where no length beats a plain step.
     """
 
     num_draft: int
     max_ngram: int
     min_ngram: int
     adaptive: bool = False
+    verify_cost: Optional[Tuple[float, ...]] = None
 
     def __post_init__(self):
         if self.num_draft < 1:
@@ -32,6 +37,47 @@ class DraftPolicy:
 
 
 FIRST_DRAFT = 2
+
+# The gate's prior on per-token acceptance, as pseudo-counts of kept and refused draft tokens
+# (2:1, the share of drafted tokens kept over the 13-category run), and how fast evidence
+# fades per emitted token (half-life ~23 tokens), so a context that starts copying again is
+# probed again.
+PRIOR_KEPT, PRIOR_REFUSED, EVIDENCE_DECAY = 2.0, 1.0, 0.97
+
+
+def gated_length(limit: int, acceptance: float, verify_cost: Sequence[float]) -> int:
+    """The draft length in 1..limit with the most expected tokens per unit of verify cost,
+    where each drafted token is kept with probability `acceptance` given the ones before it
+    were; 0 where none beats plain decoding's one token per single-token pass."""
+    best_k, best_rate = 0, 1.0
+    expected, p = 1.0, 1.0
+    for k in range(1, min(limit, len(verify_cost) - 1) + 1):
+        p *= acceptance
+        expected += p
+        rate = expected / verify_cost[k]
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k
+
+
+class AcceptanceEstimate:
+    """Per-token acceptance of recent drafts: kept tokens against first refusals, with the
+    prior's pseudo-counts, the evidence decaying with every emitted token."""
+
+    def __init__(self):
+        self.kept = self.refused = 0.0
+
+    def update(self, drafted: int, kept: int) -> None:
+        self.kept += kept
+        self.refused += 1.0 if kept < drafted else 0.0
+
+    def emitted(self, n: int = 1) -> None:
+        f = EVIDENCE_DECAY**n
+        self.kept, self.refused = self.kept * f, self.refused * f
+
+    @property
+    def rate(self) -> float:
+        return (PRIOR_KEPT + self.kept) / (PRIOR_KEPT + PRIOR_REFUSED + self.kept + self.refused)
 
 
 class NgramIndex:

@@ -8,7 +8,10 @@ draft may follow is looked up one token early (the n-gram before it); only then 
 read before the next pass, and the draft taken from the exact context. With an adaptive
 policy the draft length follows recent acceptance (starting at two tokens, doubling after a
 draft kept whole, one more than was kept after a refusal), so a context that stops copying costs short verifies,
-and single-token drafts refused in a row pause drafting for 2, 4, 8, then 16 tokens.
+and single-token drafts refused in a row pause drafting for 2, 4, 8, then 16 tokens. With
+the cost gate (a measured verify curve in the policy), a round drafts only as many tokens as
+are expected to pay for their verify at the recent acceptance, and none, decoding plainly and
+pipelined, where none would.
 """
 
 import time
@@ -19,7 +22,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
 from ..core.prefill import PromptCaches, caches_of, prefill
-from .draft import FIRST_DRAFT, DraftPolicy, NgramIndex
+from .draft import FIRST_DRAFT, AcceptanceEstimate, DraftPolicy, NgramIndex, gated_length
 
 
 class LookupStream:
@@ -72,11 +75,15 @@ class LookupStream:
         cap = min(policy.num_draft, FIRST_DRAFT) if policy.adaptive else policy.num_draft
         # Backoff: after single-token drafts refused in a row, no draft for 2, 4, .. 16 tokens.
         refusals, quiet_until = 0, 0
+        # The cost gate: recent acceptance against the measured verify curve.
+        accept = AcceptanceEstimate()
         n = 0
         while n < max_tokens:
             # Tokens still allowed after y (if unread) or after the last emitted one.
             left = max_tokens - n - (0 if known else 1)
             limit = min(cap, left - 1) if n >= quiet_until else 0
+            if limit > 0 and policy.verify_cost is not None:
+                limit = gated_length(limit, accept.rate, policy.verify_cost)
             if not known:
                 # A step is queued: the n-gram before y tells, without waiting, whether a draft
                 # may follow y. If none can, queue the next step and read y, as plain decoding
@@ -88,12 +95,14 @@ class LookupStream:
                     tok = y.item()
                     yield tok, False, 0
                     n += 1
+                    accept.emitted()
                     self._timed(index.append, tok)
                     y = nxt
                     continue
                 tok = y.item()
                 yield tok, False, 0
                 n += 1
+                accept.emitted()
                 self._timed(index.append, tok)
                 known = True
                 continue
@@ -108,6 +117,8 @@ class LookupStream:
             m = 0
             while m < k and drafts[m] == targets[m]:
                 m += 1
+            accept.update(k, m)
+            accept.emitted(m + 1)
             if policy.adaptive:
                 # Double the cap after a fully kept draft; after a refusal, draft one more
                 # than was kept: a wrong long draft costs a long verify for one token.

@@ -26,13 +26,15 @@ def params(wildcards, config: Dict) -> Dict:
         "max_ngram": int(wildcards.max_ngram),
         "min_ngram": _section(config)["min_ngram"],
         "adaptive": _section(config)["adaptive"],
+        "cost_gate": _section(config)["cost_gate"],
         **generation_settings(config),
     }
 
 
 def label(cell: Dict) -> str:
     k = f"k<={cell['num_draft']} adaptive" if cell.get("adaptive") else f"k={cell['num_draft']}"
-    return f"n-gram {cell['min_ngram']}-{cell['max_ngram']}, {k}"
+    gate = ", cost-gated" if cell.get("cost_gate") else ""
+    return f"n-gram {cell['min_ngram']}-{cell['max_ngram']}, {k}{gate}"
 
 
 def rows(target: str, cells: List[Dict], earlier=None):
