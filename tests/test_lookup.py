@@ -13,6 +13,7 @@ from selfspec.lookup.draft import (
     DraftPolicy,
     NgramIndex,
     gated_length,
+    next_cap,
 )
 from selfspec.lookup.loop import lookup_stream
 from selfspec.measure.costs import replayed_speedup
@@ -212,7 +213,17 @@ def test_adaptive_policy_shortens_drafts_after_a_refusal(tiny):
         b = timed_generation(lambda: lookup_stream(model, prompt, 40, adaptive), len(p))
         assert a.tokens == b.tokens
         drafting = [(k, m) for k, m in b.rounds if k]
-        # The first draft is short; the fixed policy's may take all 8.
-        assert not drafting or drafting[0][0] <= 2
-        for (k, m), (k_next, _) in zip(drafting, drafting[1:]):
-            assert k_next <= (min(8, 2 * k) if m == k else m + 1)
+        # The first draft is short; the fixed policy's may take all 8. Every later one is
+        # within the cap that the rounds before it set.
+        cap = 2
+        for k, m in drafting:
+            assert k <= cap
+            cap = next_cap(cap, k, m, 8)
+
+
+def test_the_cap_doubles_from_itself_and_falls_after_a_refusal():
+    assert next_cap(2, 2, 2, 8) == 4 and next_cap(4, 4, 4, 8) == 8 and next_cap(8, 8, 8, 8) == 8
+    # A draft the gate kept at 1 token under a cap of 4, kept whole: the cap still grows.
+    assert next_cap(4, 1, 1, 8) == 8
+    # After a refusal: one more than was kept, whatever the cap.
+    assert next_cap(8, 6, 2, 8) == 3 and next_cap(8, 3, 0, 8) == 1

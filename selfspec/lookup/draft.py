@@ -38,6 +38,15 @@ class DraftPolicy:
 
 FIRST_DRAFT = 2
 
+
+def next_cap(cap: int, drafted: int, kept: int, num_draft: int) -> int:
+    """The adaptive policy's most drafted next round: doubled after a draft kept whole, one
+    more than was kept after a refusal (a wrong long draft costs a long verify for one
+    token). It doubles from the cap, not from the draft: a draft that the cost gate or a short
+    history kept below the cap must not hold the next one short."""
+    return min(num_draft, 2 * max(cap, drafted)) if kept == drafted else max(1, kept + 1)
+
+
 # The gate's prior on per-token acceptance, as pseudo-counts of kept and refused draft tokens
 # (2:1, the share of drafted tokens kept over the 13-category run), and how fast evidence
 # fades per emitted token (half-life ~23 tokens), so a context that starts copying again is

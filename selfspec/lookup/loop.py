@@ -22,7 +22,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
 from ..core.prefill import PromptCaches, caches_of, prefill
-from .draft import FIRST_DRAFT, AcceptanceEstimate, DraftPolicy, NgramIndex, gated_length
+from .draft import FIRST_DRAFT, AcceptanceEstimate, DraftPolicy, NgramIndex, gated_length, next_cap
 
 
 class LookupStream:
@@ -120,9 +120,7 @@ class LookupStream:
             accept.update(k, m)
             accept.emitted(m + 1)
             if policy.adaptive:
-                # Double the cap after a fully kept draft; after a refusal, draft one more
-                # than was kept: a wrong long draft costs a long verify for one token.
-                cap = min(policy.num_draft, 2 * k) if m == k else max(1, m + 1)
+                cap = next_cap(cap, k, m, policy.num_draft)
                 refusals = refusals + 1 if (k == 1 and m == 0) else 0
                 if refusals:
                     quiet_until = n + m + 1 + 2 ** min(refusals, 4)
