@@ -116,7 +116,8 @@ def load_prompt_set(path, per_category: Optional[int] = None, categories: Option
                 f"prompt set {path}: no prompt of categor{'y' if len(unknown) == 1 else 'ies'} "
                 f"{', '.join(map(repr, unknown))} (it has: {', '.join(have) or 'no categories'})"
             )
-        ps.prompts = [p for p in ps.prompts if p.category in set(categories)]
+        keep = set(categories)
+        ps.prompts = [p for p in ps.prompts if p.category in keep]
     if per_category is not None:
         if any(p.category is None for p in ps.prompts):
             raise ValueError(f"prompt set {path}: per_category needs a category on every prompt")

@@ -23,6 +23,7 @@ from typing import Dict, List, Optional, Tuple
 import mlx.core as mx
 
 from ..core.models import ModelParts
+from ..measure.costs import expected_tokens
 from .latency import LatencyModel
 
 SIM_THRESHOLD = 0.5  # KnapSpec prunes states whose mean cosine falls below this
@@ -60,9 +61,7 @@ def predicted_speedup(alpha: float, k: int, draft_s: float, lat: LatencyModel) -
     verify, and a plain token costs `lat.plain()` (pipelined, so less than one synchronous pass)."""
     if k == 0:
         return 1.0
-    alpha = min(alpha, 0.999)
-    expected = (1 - alpha ** (k + 1)) / (1 - alpha)
-    return expected * lat.plain() / (k * draft_s + lat.full_pass(k + 1))
+    return expected_tokens(alpha, k) * lat.plain() / (k * draft_s + lat.full_pass(k + 1))
 
 
 def simulate_rounds(

@@ -66,19 +66,17 @@ def lookup_cell(
 
     def build(model, tokenizer):
         costs = verify_costs(model, [0] * context, range(1, num_draft + 2), cost_repeats)
-        state["costs"] = costs
-        gated = replace(policy, verify_cost=relative_costs({str(k): v for k, v in costs.items()}, num_draft))
-        run = gated if cost_gate else policy
+        state["costs"], state["seconds"] = costs, {str(k): v for k, v in costs.items()}
+        run = replace(policy, verify_cost=relative_costs(state["seconds"], num_draft)) if cost_gate else policy
         return Candidate(
             lambda prompt, caches=None: lookup_stream(model, prompt, max_tokens, run, caches),
             {"extra_weight_gb": 0.0},
         )
 
     result = run_cell(model_path, reference, prompt_set_path, settings, build)
-    costs = state["costs"]
-    result["verify_costs"] = {"context": context, "seconds": {str(k): v for k, v in costs.items()}}
+    result["verify_costs"] = {"context": context, "seconds": state["seconds"]}
     # The speedup its rounds predict at those costs, plain decoding priced at its measured speed.
-    result["replayed_speedup"] = replayed_speedup(result["rounds"], costs, 1.0 / result["baseline_tps"])
+    result["replayed_speedup"] = replayed_speedup(result["rounds"], state["costs"], 1.0 / result["baseline_tps"])
     return result
 
 

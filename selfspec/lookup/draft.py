@@ -4,6 +4,8 @@ context's last n tokens, in the prompt or the output so far. It reads no weights
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..measure.costs import expected_tokens
+
 
 @dataclass(frozen=True)
 class DraftPolicy:
@@ -59,11 +61,8 @@ def gated_length(limit: int, acceptance: float, verify_cost: Sequence[float]) ->
     where each drafted token is kept with probability `acceptance` given the ones before it
     were; 0 where none beats plain decoding's one token per single-token pass."""
     best_k, best_rate = 0, 1.0
-    expected, p = 1.0, 1.0
     for k in range(1, min(limit, len(verify_cost) - 1) + 1):
-        p *= acceptance
-        expected += p
-        rate = expected / verify_cost[k]
+        rate = expected_tokens(acceptance, k) / verify_cost[k]
         if rate > best_rate:
             best_k, best_rate = k, rate
     return best_k

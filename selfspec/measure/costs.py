@@ -44,6 +44,14 @@ def verify_costs(model: nn.Module, context: Sequence[int], ks: Sequence[int], re
     return round_robin({k: run(k) for k in ks}, repeats, warmup=1)
 
 
+def expected_tokens(acceptance: float, k: int) -> float:
+    """Tokens a round of k drafts emits on average when each draft is kept with probability
+    `acceptance` given the ones before it were (the kept prefix and the verify pass's own
+    token): (1 - a^(k+1)) / (1 - a)."""
+    a = min(acceptance, 0.999)
+    return (1 - a ** (k + 1)) / (1 - a)
+
+
 def replayed_speedup(rounds: List[Dict], costs: Dict[int, float], plain_token_seconds: float) -> float:
     """The speedup the rounds predict: plain decoding pays `plain_token_seconds` a token; a
     round that drafted k > 0 tokens pays one verify of k + 1 and emits its accepted drafts
