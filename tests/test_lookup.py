@@ -99,18 +99,25 @@ def test_lookup_gives_plain_decodings_tokens(tiny, policy, max_tokens):
 
 
 # The verify curve measured on the 2-core CPU (categories run, 52 tokens of context), in
-# single-token passes, and a flat one such as Apple Silicon's.
-CPU_COSTS = (1.0, 1.49, 1.66, 1.72, 1.95, 1.88, 2.21, 2.28, 2.51)
+# tokens of pipelined plain decoding (a synchronous one-token pass is 1.24 of one; leaving
+# the pipeline costs the difference, 0.24), and a flat one such as Apple Silicon's.
+CPU_COSTS = (1.24, 1.53, 1.93, 2.01, 2.32, 2.33, 2.53, 2.47, 2.71)
+CPU_RESTART = 0.24
 FLAT_COSTS = (1.0, 1.03, 1.06, 1.09, 1.12, 1.15, 1.18, 1.21, 1.24)
 
 
 def test_cost_gate_drafts_only_what_pays():
-    # At 36% acceptance (math_reasoning's), no draft pays for a verify at 1.5x a pass ...
+    # At 36% acceptance (math_reasoning's), no draft pays for a verify at 1.5x a token ...
     assert gated_length(8, 0.36, CPU_COSTS) == 0
     # ... but on a flat curve a long draft does; at 87% (translation's) one does on the CPU
-    # (5 tokens: the most expected tokens per unit of this measured curve).
+    # (7 tokens: the most expected tokens per unit of this measured curve).
     assert gated_length(8, 0.36, FLAT_COSTS) >= 1
-    assert gated_length(8, 0.87, CPU_COSTS) == 5
+    assert gated_length(8, 0.87, CPU_COSTS) == 7
+    # Leaving the pipeline is paid by the first round of a run: at the prior's acceptance
+    # two drafts pay for their verify alone, not for the restart too; three do.
+    assert gated_length(2, PRIOR_KEPT / (PRIOR_KEPT + PRIOR_REFUSED), CPU_COSTS) == 2
+    assert gated_length(2, PRIOR_KEPT / (PRIOR_KEPT + PRIOR_REFUSED), CPU_COSTS, CPU_RESTART) == 0
+    assert gated_length(8, PRIOR_KEPT / (PRIOR_KEPT + PRIOR_REFUSED), CPU_COSTS, CPU_RESTART) == 3
     # Never more than the limit, nor beyond the curve.
     assert gated_length(2, 0.95, FLAT_COSTS) == 2 and gated_length(20, 0.99, FLAT_COSTS) == 8
     # The prior alone lets the CPU draft (2:1 kept), and a refusal moves it below break-even.
@@ -135,6 +142,19 @@ def test_a_prohibitive_verify_curve_keeps_the_loop_plain(tiny):
     b = timed_generation(lambda: lookup_stream(model, prompt, 30, gated), len(PROMPTS[0]))
     assert a.tokens == b.tokens == plain.tokens
     assert a.drafted > 0 and b.drafted == 0 and b.full_passes == 30
+
+
+def test_the_gate_sizes_drafts_past_the_adaptive_cap(tiny):
+    """With the gate, the adaptive policy's short first drafts do not apply: on a curve where
+    one or two drafts never pay for leaving the pipeline but three do, it still drafts."""
+    _, model, _ = tiny
+    prompt = mx.array(PROMPTS[0], dtype=mx.uint32)
+    costs = (1.2, 3.0, 3.0, 1.3, 1.3)
+    policy = DraftPolicy(num_draft=4, max_ngram=3, min_ngram=1, adaptive=True, verify_cost=costs, restart_cost=0.2)
+    plain = timed_generation(lambda: plain_stream(model, prompt, 30), len(PROMPTS[0]))
+    ours = timed_generation(lambda: lookup_stream(model, prompt, 30, policy), len(PROMPTS[0]))
+    assert ours.tokens == plain.tokens
+    assert ours.drafted > 0
 
 
 def test_lookup_stops_at_eos(tiny):
@@ -177,11 +197,16 @@ def test_lookup_cell_is_lossless_and_says_why(tiny, repo, cost_gate):
     assert cell["draft_share"] is not None and 0 <= cell["draft_share"] < 1
     # The verify curve, measured before the runs, at every length a round may verify.
     assert set(cell["verify_costs"]["seconds"]) == {"1", "2", "3", "4", "5"}
-    # The gate's curve, rebuilt from the cell: relative to one token, one entry per draft length.
-    rebuilt = policy_of(cell).verify_cost
-    assert cell["cost_gate"] is cost_gate and (rebuilt is None) is (not cost_gate)
+    # Beside it, plain decoding's token time, which the gate prices drafts against.
+    costs = cell["verify_costs"]
+    assert 0 < costs["plain_token_seconds"] < 10 * costs["seconds"]["1"]
+    # The gate's curve, rebuilt from the cell: in plain tokens, one entry per draft length.
+    rebuilt = policy_of(cell)
+    assert cell["cost_gate"] is cost_gate and (rebuilt.verify_cost is None) is (not cost_gate)
     if cost_gate:
-        assert len(rebuilt) == 5 and rebuilt[0] == 1.0 and all(c > 0 for c in rebuilt)
+        unit = costs["plain_token_seconds"]
+        assert rebuilt.verify_cost == tuple(costs["seconds"][str(k)] / unit for k in range(1, 6))
+        assert rebuilt.restart_cost == pytest.approx(max(0.0, costs["seconds"]["1"] - unit) / unit)
     assert cell["replayed_speedup"] > 0
     # Rebuilt from its cell (for the question set), it runs the same policy.
     make = candidate_from_cell(model, cell, 24, {})
@@ -200,6 +225,9 @@ def test_replay_prices_rounds_against_the_verify_curve():
     assert replayed_speedup([{"drafted": 2, "accepted": 2, "passes": 10}], costs, 1.0) == pytest.approx(30 / 15)
     # Two drafted, none kept: a verify of 3 for one token.
     assert replayed_speedup([{"drafted": 2, "accepted": 0, "passes": 1}], costs, 1.0) == pytest.approx(1 / 1.5)
+    # Each drafting round charged for leaving the pipeline; plain rounds are not.
+    mixed = [{"drafted": 2, "accepted": 2, "passes": 10}, {"drafted": 0, "accepted": 0, "passes": 5}]
+    assert replayed_speedup(mixed, costs, 1.0, 0.5) == pytest.approx(35 / (10 * 2.0 + 5))
 
 
 def test_adaptive_policy_shortens_drafts_after_a_refusal(tiny):

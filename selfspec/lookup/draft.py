@@ -18,11 +18,15 @@ class DraftPolicy:
     adaptive: the loop drafts at most one more than the last round kept (and doubles after a
       draft kept whole), instead of `num_draft` every round; its first draft is at most
       `FIRST_DRAFT` tokens (on the categories run, 12 first drafts of 8 tokens were refused
-      whole, each a 9-token verify for one token).
+      whole, each a 9-token verify for one token). Without the cost gate only: the gate already
+      sizes each draft by recent acceptance, and a cap below what the gate finds worth
+      verifying would stop drafting for good.
     verify_cost: with it, the cost gate: `verify_cost[k]` is what a pass verifying k drafts
-      (k + 1 tokens) costs, in single-token passes (measured on the machine, at the prompts'
-      context). A round drafts the length that maximizes expected tokens per unit of cost at
-      the recent acceptance (`gated_length`), and none where no length beats a plain step.
+      (k + 1 tokens) costs, in tokens of plain (pipelined) decoding, and `restart_cost` what
+      leaving the pipeline costs once, paid by the first of a run of drafting rounds (both
+      measured on the machine, at the prompts' context). A round drafts the length that
+      maximizes expected tokens per unit of cost at the recent acceptance (`gated_length`), and
+      none where no length beats a plain step.
     """
 
     num_draft: int
@@ -30,6 +34,7 @@ class DraftPolicy:
     min_ngram: int
     adaptive: bool = False
     verify_cost: Optional[Tuple[float, ...]] = None
+    restart_cost: float = 0.0
 
     def __post_init__(self):
         if self.num_draft < 1:
@@ -56,13 +61,14 @@ def next_cap(cap: int, drafted: int, kept: int, num_draft: int) -> int:
 PRIOR_KEPT, PRIOR_REFUSED, EVIDENCE_DECAY = 2.0, 1.0, 0.97
 
 
-def gated_length(limit: int, acceptance: float, verify_cost: Sequence[float]) -> int:
-    """The draft length in 1..limit with the most expected tokens per unit of verify cost,
-    where each drafted token is kept with probability `acceptance` given the ones before it
-    were; 0 where none beats plain decoding's one token per single-token pass."""
+def gated_length(limit: int, acceptance: float, verify_cost: Sequence[float], overhead: float = 0.0) -> int:
+    """The draft length in 1..limit with the most expected tokens per unit of cost (its
+    verify, plus `overhead`), where each drafted token is kept with probability `acceptance`
+    given the ones before it were; 0 where none beats plain decoding's one token per token
+    of cost."""
     best_k, best_rate = 0, 1.0
     for k in range(1, min(limit, len(verify_cost) - 1) + 1):
-        rate = expected_tokens(acceptance, k) / verify_cost[k]
+        rate = expected_tokens(acceptance, k) / (verify_cost[k] + overhead)
         if rate > best_rate:
             best_k, best_rate = k, rate
     return best_k

@@ -7,11 +7,12 @@ before the current token is read. While a step is queued its token is unknown, s
 draft may follow is looked up one token early (the n-gram before it); only then is the token
 read before the next pass, and the draft taken from the exact context. With an adaptive
 policy the draft length follows recent acceptance (starting at two tokens, doubling after a
-draft kept whole, one more than was kept after a refusal), so a context that stops copying costs short verifies,
-and single-token drafts refused in a row pause drafting for 2, 4, 8, then 16 tokens. With
-the cost gate (a measured verify curve in the policy), a round drafts only as many tokens as
-are expected to pay for their verify at the recent acceptance, and none, decoding plainly and
-pipelined, where none would.
+draft kept whole, one more than was kept after a refusal), so a context that stops copying costs
+short verifies, and single-token drafts refused in a row pause drafting for 2, 4, 8, then 16
+tokens. With the cost gate (a measured verify curve in the policy) instead, a round drafts only
+as many tokens as are expected to pay for their verify (and, the first of a run, for leaving
+the pipeline) at the recent acceptance, and none, decoding plainly and pipelined, where none
+would.
 """
 
 import time
@@ -70,9 +71,12 @@ class LookupStream:
         y = step(y)
         mx.async_eval(y)
         known = False  # whether y's value has been read (and emitted); y is never yet in the cache
-        # The most drafted next round: with an adaptive policy it follows recent acceptance,
-        # starting short (a first draft is a guess the answer has not confirmed yet).
-        cap = min(policy.num_draft, FIRST_DRAFT) if policy.adaptive else policy.num_draft
+        gate = policy.verify_cost is not None
+        # The most drafted next round: with an adaptive policy (and no gate) it follows recent
+        # acceptance, starting short (a first draft is a guess the answer has not confirmed yet).
+        adaptive = policy.adaptive and not gate
+        cap = min(policy.num_draft, FIRST_DRAFT) if adaptive else policy.num_draft
+        off_pipeline = False  # whether no step is queued (a verify ran, or y was read to draft)
         # Backoff: after single-token drafts refused in a row, no draft for 2, 4, .. 16 tokens.
         refusals, quiet_until = 0, 0
         # The cost gate: recent acceptance against the measured verify curve.
@@ -82,8 +86,9 @@ class LookupStream:
             # Tokens still allowed after y (if unread) or after the last emitted one.
             left = max_tokens - n - (0 if known else 1)
             limit = min(cap, left - 1) if n >= quiet_until else 0
-            if limit > 0 and policy.verify_cost is not None:
-                limit = gated_length(limit, accept.rate, policy.verify_cost)
+            if limit > 0 and gate:
+                overhead = 0.0 if off_pipeline else policy.restart_cost
+                limit = gated_length(limit, accept.rate, policy.verify_cost, overhead)
             if not known:
                 # A step is queued: the n-gram before y tells, without waiting, whether a draft
                 # may follow y. If none can, queue the next step and read y, as plain decoding
@@ -104,13 +109,13 @@ class LookupStream:
                 n += 1
                 accept.emitted()
                 self._timed(index.append, tok)
-                known = True
+                known = off_pipeline = True
                 continue
             drafts = self._timed(index.continuation, limit) if limit > 0 else []
             if not drafts:
                 y = step(y)
                 mx.async_eval(y)
-                known = False
+                known = off_pipeline = False
                 continue
             targets = verify(y, drafts).tolist()
             k = len(drafts)
@@ -119,7 +124,7 @@ class LookupStream:
                 m += 1
             accept.update(k, m)
             accept.emitted(m + 1)
-            if policy.adaptive:
+            if adaptive:
                 cap = next_cap(cap, k, m, policy.num_draft)
                 refusals = refusals + 1 if (k == 1 and m == 0) else 0
                 if refusals:

@@ -32,9 +32,12 @@ def params(wildcards, config: Dict) -> Dict:
 
 
 def label(cell: Dict) -> str:
-    k = f"k<={cell['num_draft']} adaptive" if cell.get("adaptive") else f"k={cell['num_draft']}"
-    gate = ", cost-gated" if cell.get("cost_gate") else ""
-    return f"n-gram {cell['min_ngram']}-{cell['max_ngram']}, {k}{gate}"
+    # With the gate, the gate sizes every draft (the adaptive cap does not apply).
+    if cell.get("cost_gate"):
+        k = f"k<={cell['num_draft']}, cost-gated"
+    else:
+        k = f"k<={cell['num_draft']} adaptive" if cell.get("adaptive") else f"k={cell['num_draft']}"
+    return f"n-gram {cell['min_ngram']}-{cell['max_ngram']}, {k}"
 
 
 def rows(target: str, cells: List[Dict], earlier=None):
