@@ -21,7 +21,10 @@ def test_the_shipped_category_set_covers_spec_benchs_13_categories(repo):
     ps = load_prompt_set(repo / "config/prompts/categories.yaml")
     cats = {p.category for p in ps.prompts}
     assert len(cats) == 13 and {"extraction", "translation", "rag", "summarization", "writing"} <= cats
-    assert len(ps.prompts) == 26
+    assert len(ps.prompts) == 52
+    # Four per category; MT-bench's categories have a two-turn conversation among them.
+    assert all(sum(p.category == c for p in ps.prompts) == 4 for c in cats)
+    assert {p.category for p in ps.prompts if len(p.turns) == 2} >= {"writing", "coding", "extraction"}
     one = load_prompt_set(repo / "config/prompts/categories.yaml", per_category=1)
     assert len(one.prompts) == 13 and len({p.category for p in one.prompts}) == 13
     assert [p.id for p in one.prompts][:2] == ["writing_1", "roleplay_1"]
@@ -32,7 +35,7 @@ def test_a_category_subset_keeps_the_named_categories_and_refuses_unknown_ones(r
     some = load_prompt_set(path, per_category=1, categories=["translation", "writing"])
     # In the set's own order, one of each.
     assert [p.id for p in some.prompts] == ["writing_1", "translation_1"]
-    assert len(load_prompt_set(path, categories=["rag"]).prompts) == 2
+    assert len(load_prompt_set(path, categories=["rag"]).prompts) == 4
     with pytest.raises(ValueError, match="no prompt of category 'poetry'.*it has: coding"):
         load_prompt_set(path, categories=["rag", "poetry"])
     with pytest.raises(ValueError, match="it has: no categories"):
@@ -98,6 +101,11 @@ def test_second_turn_follows_the_models_own_greedy_answer(chat_model, tmp_path):
     assert len(enc[1]["tokens"]) < len(enc[0]["tokens"])
     with pytest.raises(ValueError, match="2 turns"):
         encoded_prompts(tok, path)
+    # The answers as text, kept for a candidate with its own tokenizer: it reads the target's
+    # conversation without a model of its own to answer the first turn.
+    replies = {}
+    assert encoded_prompts(tok, path, answer, replies) == enc and replies == {"81": [reply]}
+    assert encoded_prompts(tok, path, replies=replies) == enc
     # The reference answers the same conversation: its tokens are plain decoding's after it.
     ref = reference_outputs(chat_model, path, 8, "m")
     prompt = mx.array(enc[0]["tokens"], mx.uint32)

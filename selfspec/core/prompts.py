@@ -179,25 +179,38 @@ def eos_ids(tokenizer) -> List[int]:
 
 
 def encoded_prompts(
-    tokenizer, prompt_set_path, answer: Optional[Callable[[List[int]], List[int]]] = None
+    tokenizer,
+    prompt_set_path,
+    answer: Optional[Callable[[List[int]], List[int]]] = None,
+    replies: Optional[Dict[str, List[str]]] = None,
 ) -> List[Dict[str, Any]]:
     """Each prompt's token ids (its last turn, after the earlier turns and the model's greedy
-    answers to them: `answer(ids) -> answer token ids`), with its id and category."""
+    answers to them: `answer(ids) -> answer token ids`), with its id and category.
+
+    `replies` holds earlier answers as text, by prompt id: those found there are used as they
+    are (so a model with another tokenizer reads the target's conversation), and those made
+    with `answer` are added to it."""
     ps = load_prompt_set(prompt_set_path)
     out = []
     for p in ps.prompts:
         messages: List[Dict[str, str]] = []
+        known = (replies or {}).get(p.id, [])
         for i, turn in enumerate(p.turns):
             if i == 0 and p.document is not None:
                 turn = with_document(tokenizer, p, ps)
             messages.append({"role": "user", "content": turn})
             ids = encode_prompt(tokenizer, messages if len(p.turns) > 1 else turn, ps.format, ps.chat_template_kwargs)
             if i + 1 < len(p.turns):
-                if answer is None:
+                if i < len(known):
+                    text = known[i]
+                elif answer is None:
                     raise ValueError(f"prompt {p.id} has {len(p.turns)} turns: its earlier answers need the model")
-                eos = set(eos_ids(tokenizer))
-                reply = [t for t in answer(ids) if t not in eos]
-                messages.append({"role": "assistant", "content": tokenizer.decode(reply)})
+                else:
+                    eos = set(eos_ids(tokenizer))
+                    text = tokenizer.decode([t for t in answer(ids) if t not in eos])
+                    if replies is not None:
+                        replies.setdefault(p.id, []).append(text)
+                messages.append({"role": "assistant", "content": text})
         out.append({"id": p.id, "tokens": ids, "category": p.category, "context": p.context_tokens})
     return out
 

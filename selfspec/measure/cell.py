@@ -61,7 +61,8 @@ def run_cell(
     # A conversation's earlier turns are answered by the target's own greedy decoding: the
     # reference's answers, kept when it ran (regenerated only for a reference without them).
     answers = stored_answers(reference, greedy_answer(model, max_tokens, eos_ids(tokenizer)))
-    prompts = encoded_prompts(tokenizer, prompt_set_path, answers)
+    replies: Dict = {}
+    prompts = encoded_prompts(tokenizer, prompt_set_path, answers, replies)
     ref = reference_tokens(prompts, reference, max_tokens)
     candidate = build(model, tokenizer)
     own_tok = candidate.tokenizer
@@ -74,7 +75,8 @@ def run_cell(
         settings["repeats"],
         settings["warmup"],
         log=log,
-        candidate_prompts=None if same_vocab else encoded_prompts(own_tok, prompt_set_path),
+        # A candidate with its own tokenizer reads the same conversations: the target's answers.
+        candidate_prompts=None if same_vocab else encoded_prompts(own_tok, prompt_set_path, replies=replies),
         candidate_eos_ids=None if own_tok is None else eos_ids(own_tok),
     )
     extra = candidate.extra() if callable(candidate.extra) else candidate.extra
