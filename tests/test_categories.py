@@ -24,7 +24,8 @@ def test_the_shipped_category_set_covers_spec_benchs_13_categories(repo):
     assert len(ps.prompts) == 52
     # Four per category; MT-bench's categories have a two-turn conversation among them.
     assert all(sum(p.category == c for p in ps.prompts) == 4 for c in cats)
-    assert {p.category for p in ps.prompts if len(p.turns) == 2} >= {"writing", "coding", "extraction"}
+    mt_bench = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
+    assert {p.category for p in ps.prompts if len(p.turns) == 2} == mt_bench
     one = load_prompt_set(repo / "config/prompts/categories.yaml", per_category=1)
     assert len(one.prompts) == 13 and len({p.category for p in one.prompts}) == 13
     assert [p.id for p in one.prompts][:2] == ["writing_1", "roleplay_1"]

@@ -5,7 +5,8 @@ import mlx.core as mx
 import pytest
 
 from selfspec.core.models import load
-from selfspec.lookup.cell import candidate_from_cell, lookup_cell, policy_of
+from selfspec.lookup.cell import candidate_from_cell, costs_of, gated, lookup_cell, policy_of
+from selfspec.lookup.technique import label as lookup_label
 from selfspec.lookup.draft import (
     PRIOR_KEPT,
     PRIOR_REFUSED,
@@ -98,9 +99,10 @@ def test_lookup_gives_plain_decodings_tokens(tiny, policy, max_tokens):
         assert drafted > 0  # the prompts and answers repeat themselves: something matched
 
 
-# The verify curve measured on the 2-core CPU (categories run, 52 tokens of context), in
-# tokens of pipelined plain decoding (a synchronous one-token pass is 1.24 of one; leaving
-# the pipeline costs the difference, 0.24), and a flat one such as Apple Silicon's.
+# A verify curve of the 2-core CPU (the categories run's cell, 52 tokens of context, over its
+# plain decoding's measured token time; it varies by +-20% between runs), in tokens of
+# pipelined plain decoding (a synchronous one-token pass is 1.24 of one; leaving the pipeline
+# costs the difference, 0.24), and a flat one such as Apple Silicon's.
 CPU_COSTS = (1.24, 1.53, 1.93, 2.01, 2.32, 2.33, 2.53, 2.47, 2.71)
 CPU_RESTART = 0.24
 FLAT_COSTS = (1.0, 1.03, 1.06, 1.09, 1.12, 1.15, 1.18, 1.21, 1.24)
@@ -155,6 +157,33 @@ def test_the_gate_sizes_drafts_past_the_adaptive_cap(tiny):
     ours = timed_generation(lambda: lookup_stream(model, prompt, 30, policy), len(PROMPTS[0]))
     assert ours.tokens == plain.tokens
     assert ours.drafted > 0
+
+
+def test_leaving_the_pipeline_is_priced(tiny):
+    """On a curve where drafts pay for their verify, a prohibitive restart keeps the loop
+    plain, and none lets it draft: the gate charges leaving the pipeline."""
+    _, model, _ = tiny
+    prompt = mx.array(PROMPTS[0], dtype=mx.uint32)
+    cheap = (1.0, 1.05, 1.1, 1.15, 1.2)
+    runs = {
+        r: timed_generation(
+            lambda: lookup_stream(model, prompt, 30, DraftPolicy(4, 3, 1, verify_cost=cheap, restart_cost=r)),
+            len(PROMPTS[0]),
+        )
+        for r in (0.0, 9.0)
+    }
+    assert runs[0.0].drafted > 0 and runs[9.0].drafted == 0
+    assert runs[0.0].tokens == runs[9.0].tokens
+
+
+def test_a_cell_from_before_plain_token_pricing_is_read_as_it_ran():
+    old = {"context": 52, "seconds": {"1": 0.05, "2": 0.06, "3": 0.08}}
+    costs = costs_of(old)
+    assert costs.plain_token == 0.05 and costs.restart == 0.0
+    assert gated(DraftPolicy(2, 4, 3), costs).verify_cost == pytest.approx((1.0, 1.2, 1.6))
+    cell = {"num_draft": 2, "min_ngram": 3, "max_ngram": 4, "adaptive": True, "cost_gate": True, "verify_costs": old}
+    assert "earlier gate" in lookup_label(cell)
+    assert "earlier gate" not in lookup_label({**cell, "verify_costs": {**old, "plain_token_seconds": 0.04}})
 
 
 def test_lookup_stops_at_eos(tiny):

@@ -9,7 +9,7 @@ from ..core.log import log
 from ..core.prompts import encoded_prompts, eos_ids
 from ..core.environment import environment
 from .forward import LayerSkipDraft
-from ..measure.streams import mlx_lm_selfspec_stream, plain_stream
+from ..measure.streams import greedy_answer, mlx_lm_selfspec_stream, plain_stream
 from .loop import plain_loop, selfspec_loop
 from ..measure.protocol import acceptance, paired_runs, summarize
 from ..core.models import load, model_parts
@@ -68,8 +68,9 @@ def engine_bench(
     parts = model_parts(model)
     plan = make_plan("middle", len(parts.layers), skip_fraction)
     draft = LayerSkipDraft(model, plan)
-    prompts = encoded_prompts(tokenizer, prompt_set_path)
     eos = eos_ids(tokenizer)
+    # A conversation's earlier turns are answered by plain greedy decoding, as in the cells.
+    prompts = encoded_prompts(tokenizer, prompt_set_path, greedy_answer(model, max_tokens, eos))
 
     log("plain: ours vs mlx-lm generate_step")
     plain = paired_runs(

@@ -76,7 +76,6 @@ class LookupStream:
         # acceptance, starting short (a first draft is a guess the answer has not confirmed yet).
         adaptive = policy.adaptive and not gate
         cap = min(policy.num_draft, FIRST_DRAFT) if adaptive else policy.num_draft
-        off_pipeline = False  # whether no step is queued (a verify ran, or y was read to draft)
         # Backoff: after single-token drafts refused in a row, no draft for 2, 4, .. 16 tokens.
         refusals, quiet_until = 0, 0
         # The cost gate: recent acceptance against the measured verify curve.
@@ -87,7 +86,8 @@ class LookupStream:
             left = max_tokens - n - (0 if known else 1)
             limit = min(cap, left - 1) if n >= quiet_until else 0
             if limit > 0 and gate:
-                overhead = 0.0 if off_pipeline else policy.restart_cost
+                # A known y means no step is queued: the pipeline is already left.
+                overhead = 0.0 if known else policy.restart_cost
                 limit = gated_length(limit, accept.rate, policy.verify_cost, overhead)
             if not known:
                 # A step is queued: the n-gram before y tells, without waiting, whether a draft
@@ -109,13 +109,13 @@ class LookupStream:
                 n += 1
                 accept.emitted()
                 self._timed(index.append, tok)
-                known = off_pipeline = True
+                known = True
                 continue
             drafts = self._timed(index.continuation, limit) if limit > 0 else []
             if not drafts:
                 y = step(y)
                 mx.async_eval(y)
-                known = off_pipeline = False
+                known = False
                 continue
             targets = verify(y, drafts).tolist()
             k = len(drafts)

@@ -32,9 +32,11 @@ def params(wildcards, config: Dict) -> Dict:
 
 
 def label(cell: Dict) -> str:
-    # With the gate, the gate sizes every draft (the adaptive cap does not apply).
+    # With the gate, the gate sizes every draft (the adaptive cap does not apply); a cell from
+    # before the gate priced plain tokens ran it with the cap: rerun it to compare like with like.
     if cell.get("cost_gate"):
-        k = f"k<={cell['num_draft']}, cost-gated"
+        earlier = "plain_token_seconds" not in (cell.get("verify_costs") or {})
+        k = f"k<={cell['num_draft']}, cost-gated" + (" (earlier gate)" if earlier else "")
     else:
         k = f"k<={cell['num_draft']} adaptive" if cell.get("adaptive") else f"k={cell['num_draft']}"
     return f"n-gram {cell['min_ngram']}-{cell['max_ngram']}, {k}"

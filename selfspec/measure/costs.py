@@ -8,7 +8,7 @@ from typing import Dict, List, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.generate import generate_step
+from mlx_lm.generate import generate_step, generation_stream
 from mlx_lm.models.cache import make_prompt_cache
 
 
@@ -73,21 +73,23 @@ def decode_costs(
     model: nn.Module, context: Sequence[int], ks: Sequence[int], repeats: int = 5, plain_tokens: int = 16
 ) -> DecodeCosts:
     """The verify curve and plain decoding's pipelined token time after `context`, timed
-    round-robin together (plain: `plain_tokens` tokens of `generate_step`, per token after the
-    first, its cache entries trimmed after)."""
+    round-robin together (plain: `plain_tokens` tokens of `generate_step`, per token from the
+    second on, since it frees its buffer cache after the first; its cache entries trimmed after)."""
+    if plain_tokens < 3:
+        raise ValueError(f"plain_tokens must be at least 3 to time a pipelined token, got {plain_tokens}")
     cache = _filled_cache(model, context)
     offset = cache[0].offset
 
     def plain():
-        times = [
-            time.perf_counter()
-            for _ in generate_step(
-                mx.array(context[-1:], dtype=mx.uint32), model, max_tokens=plain_tokens, prompt_cache=cache
-            )
-        ]
+        prompt = mx.array(context[-1:], dtype=mx.uint32)
+        times = [time.perf_counter() for _ in generate_step(prompt, model, max_tokens=plain_tokens, prompt_cache=cache)]
+        # generate_step leaves one step queued past its last token: let it finish before the
+        # next pass is timed, or that pass would wait for it.
+        mx.synchronize(generation_stream)
+        mx.synchronize()
         for c in cache:
             c.trim(c.offset - offset)
-        return (times[-1] - times[0]) / (len(times) - 1)
+        return (times[-1] - times[1]) / (len(times) - 2)
 
     fns = {k: _verify_pass(model, cache, context[-1], k) for k in ks}
     timed = round_robin({**fns, "plain": plain}, repeats, warmup=1)
