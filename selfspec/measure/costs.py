@@ -45,13 +45,6 @@ def _verify_pass(model: nn.Module, cache, token: int, k: int):
     return f
 
 
-def verify_costs(model: nn.Module, context: Sequence[int], ks: Sequence[int], repeats: int = 5) -> Dict[int, float]:
-    """Median seconds of one forward pass of k tokens after `context` (filled once), per k,
-    timed round-robin after one warm-up sweep."""
-    cache = _filled_cache(model, context)
-    return round_robin({k: _verify_pass(model, cache, context[-1], k) for k in ks}, repeats, warmup=1)
-
-
 @dataclass(frozen=True)
 class DecodeCosts:
     """What a speculative round is priced against, at one context: `verify[k]`, seconds of one
