@@ -7,6 +7,8 @@ import pytest
 from selfspec.core.models import load
 from selfspec.lookup.cell import candidate_from_cell, costs_of, gated, lookup_cell, policy_of
 from selfspec.lookup.technique import label as lookup_label
+from selfspec.lookup.technique import grid as lookup_grid
+from selfspec.lookup.technique import rows as lookup_rows
 from selfspec.lookup.draft import (
     PRIOR_KEPT,
     PRIOR_REFUSED,
@@ -47,7 +49,7 @@ def test_no_draft_below_min_ngram():
 
 
 @pytest.mark.parametrize(
-    "bad", [dict(num_draft=0, max_ngram=3, min_ngram=3), dict(num_draft=2, max_ngram=2, min_ngram=3)]
+    "bad", [dict(num_draft=-1, max_ngram=3, min_ngram=3), dict(num_draft=2, max_ngram=2, min_ngram=3)]
 )
 def test_bad_policy_is_refused(bad):
     with pytest.raises(ValueError):
@@ -77,6 +79,8 @@ PROMPTS = [
         DraftPolicy(num_draft=8, max_ngram=3, min_ngram=1, adaptive=True),
         # The cost gate, with a verify curve under which drafts pay at the prior's acceptance.
         DraftPolicy(num_draft=4, max_ngram=3, min_ngram=1, adaptive=True, verify_cost=(1.0, 1.05, 1.1, 1.15, 1.2)),
+        # No drafts: the loop's own plain decoding (its floor cell).
+        DraftPolicy(num_draft=0, max_ngram=3, min_ngram=1),
     ],
 )
 @pytest.mark.parametrize("max_tokens", [1, 2, 7, 40])
@@ -96,7 +100,8 @@ def test_lookup_gives_plain_decodings_tokens(tiny, policy, max_tokens):
         assert ours.draft_seconds is not None and 0 <= ours.draft_seconds < ours.prompt_seconds + ours.decode_seconds
         drafted += ours.drafted
     if max_tokens >= 7 and policy.min_ngram == 1:
-        assert drafted > 0  # the prompts and answers repeat themselves: something matched
+        # The prompts and answers repeat themselves: something matched, and was drafted if allowed.
+        assert (drafted > 0) is (policy.num_draft > 0)
 
 
 # A verify curve of the 2-core CPU (the categories run's cell, 52 tokens of context, over its
@@ -244,6 +249,37 @@ def test_lookup_cell_is_lossless_and_says_why(tiny, repo, cost_gate):
         timed_generation(lambda: make(prompt), 9).tokens
         == timed_generation(lambda: plain_stream(model, prompt, 24), 9).tokens
     )
+
+
+def test_a_cell_without_drafts_times_the_loop_alone(tiny, repo):
+    path, _, _ = tiny
+    prompts = repo / "config/prompts/stdlib_code.yaml"
+    ref = reference_outputs(path, prompts, 12, "tiny")
+    kw = dict(model_name="tiny", max_ngram=3, min_ngram=1, adaptive=True, max_tokens=12, repeats=1, warmup=0)
+    cell = lookup_cell(path, ref, prompts, num_draft=0, cost_gate=True, cost_repeats=1, **kw)
+    assert cell["lossless"] and cell["drafted_tokens"] == 0 and cell["accepted_tokens"] == 0
+    assert cell["tokens_per_pass"] == 1.0 and set(cell["verify_costs"]["seconds"]) == {"1"}
+    assert lookup_label(cell) == "no drafts: the loop's own plain decoding"
+
+
+def test_the_grid_runs_one_cell_without_drafts_per_model():
+    config = {"lookup": {"models": ["a", "b"], "max_ngrams": [4, 3], "draft_lengths": [0, 8]}}
+    cells = {(c["model"], c["max_ngram"], c["draft"]) for c in lookup_grid(config)}
+    assert cells == {(m, n, "8") for m in "ab" for n in "34"} | {("a", "3", "0"), ("b", "3", "0")}
+
+
+def test_the_floor_cell_stands_beside_the_best_drafting_cell():
+    def cell(k, speedup):
+        return {"num_draft": k, "min_ngram": 3, "max_ngram": 4, "speedup": speedup, "cost_gate": False}
+
+    # The floor (no drafts) is never the best even where it is fastest, and gets its own row.
+    rows = lookup_rows("m", [cell(0, 1.04), cell(4, 1.01), cell(8, 1.02)])
+    assert [(name, c["num_draft"]) for name, _, c in rows] == [
+        ("prompt lookup (best)", 8),
+        ("prompt lookup, no drafts", 0),
+    ]
+    assert "no drafts" in rows[1][1]
+    assert [name for name, _, _ in lookup_rows("m", [cell(8, 1.1)])] == ["prompt lookup (best)"]
 
 
 def test_replay_prices_rounds_against_the_verify_curve():

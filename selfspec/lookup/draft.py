@@ -14,7 +14,9 @@ class DraftPolicy:
     max_ngram, min_ngram: the suffix lengths tried, longest first; no match of at least
       `min_ngram` tokens means no draft (a plain step), since short matches mostly waste
       verify slots.
-    num_draft: the most tokens proposed per round.
+    num_draft: the most tokens proposed per round. 0 never drafts: the loop decodes plainly,
+      pipelined, and its cell measures the loop's own floor against mlx-lm's `generate_step`
+      (which also computes log-probabilities each step), apart from what drafts win.
     adaptive: the loop drafts at most one more than the last round kept (and doubles after a
       draft kept whole), instead of `num_draft` every round; its first draft is at most
       `FIRST_DRAFT` tokens (on the categories run, 12 first drafts of 8 tokens were refused
@@ -37,8 +39,8 @@ class DraftPolicy:
     restart_cost: float = 0.0
 
     def __post_init__(self):
-        if self.num_draft < 1:
-            raise ValueError(f"num_draft must be at least 1, got {self.num_draft}")
+        if self.num_draft < 0:
+            raise ValueError(f"num_draft must be at least 0 (0: never draft), got {self.num_draft}")
         if not 1 <= self.min_ngram <= self.max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {self.min_ngram} and {self.max_ngram}")
 
