@@ -10,7 +10,7 @@
 #   results/quality_check/<model>/<question_set>.json   the lossless rows run on the question set
 #   results/diffusion/<model>/<baseline>/block<b>_thr<t>.json      one diffusion cell
 #   results/quality/<model>/<question_set>/block<b>_thr<t>.json    a diffusion model's quality
-#   results/tables/techniques.*        the three techniques side by side
+#   results/tables/techniques.*        every technique side by side
 #   results/bench/engine.json          our loops against mlx-lm's (snakemake bench)
 #   logs/<path>.log, benchmarks/<path>.tsv   each job's log, and Snakemake's measurements of it
 #       (wall time s, max_rss MB, ...): <path> is the output's without results/ or resources/,
