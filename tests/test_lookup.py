@@ -5,7 +5,7 @@ import mlx.core as mx
 import pytest
 
 from selfspec.core.models import load
-from selfspec.lookup.cell import candidate_from_cell, costs_of, gate_contexts, gated, lookup_cell, policy_of
+from selfspec.lookup.cell import candidate_from_cell, costs_of, gated, lookup_cell, policy_of
 from selfspec.lookup.technique import label as lookup_label
 from selfspec.lookup.technique import grid as lookup_grid
 from selfspec.lookup.technique import rows as lookup_rows
@@ -19,7 +19,7 @@ from selfspec.lookup.draft import (
     next_cap,
 )
 from selfspec.lookup.loop import lookup_stream
-from selfspec.measure.costs import DecodeCosts, costs_at, replayed_speedup
+from selfspec.measure.costs import replayed_speedup
 from selfspec.measure.reference import reference_outputs
 from selfspec.measure.streams import plain_stream, timed_generation
 from tiny_models import write_model_dir
@@ -229,12 +229,8 @@ def test_lookup_cell_is_lossless_and_says_why(tiny, repo, cost_gate):
     assert sum(r["drafted"] * r["passes"] for r in cell["rounds"]) == cell["drafted_tokens"]
     assert sum(r["accepted"] * r["passes"] for r in cell["rounds"]) == cell["accepted_tokens"]
     assert cell["draft_share"] is not None and 0 <= cell["draft_share"] < 1
-    # The verify curve, measured before the runs, at every length a round may verify, at the
-    # prompts' median length (and their longest, where it is more than twice that).
+    # The verify curve, measured before the runs, at every length a round may verify.
     assert set(cell["verify_costs"]["seconds"]) == {"1", "2", "3", "4", "5"}
-    lengths = [o["prompt_tokens"] for o in ref["outputs"]]
-    assert [e["context"] for e in cell["verify_costs_by_context"]] == gate_contexts(lengths)
-    assert cell["verify_costs_by_context"][0] == cell["verify_costs"]
     # Beside it, plain decoding's token time, which the gate prices drafts against.
     costs = cell["verify_costs"]
     assert 0 < costs["plain_token_seconds"] < 10 * costs["seconds"]["1"]
@@ -284,39 +280,6 @@ def test_the_floor_cell_stands_beside_the_best_drafting_cell():
     ]
     assert "no drafts" in rows[1][1]
     assert [name for name, _, _ in lookup_rows("m", [cell(8, 1.1)])] == ["prompt lookup (best)"]
-
-
-def test_costs_between_measured_contexts_are_interpolated():
-    short, long = DecodeCosts({1: 1.0, 2: 1.2}, 0.8), DecodeCosts({1: 2.0, 2: 3.2}, 1.8)
-    table = [(800, long), (80, short)]
-    mid = costs_at(table, 440)
-    assert mid.verify == pytest.approx({1: 1.5, 2: 2.2}) and mid.plain_token == pytest.approx(1.3)
-    # Outside the measured contexts: the nearest one's costs.
-    assert costs_at(table, 20) == short and costs_at(table, 5000) == long and costs_at([(80, short)], 800) == short
-
-
-def test_the_gate_measures_long_prompts_apart():
-    assert gate_contexts([40, 50, 60, 100]) == [50]
-    assert gate_contexts([40, 50, 122, 182]) == [50, 182]
-    assert gate_contexts([40, 50, 81, 90, 800]) == [81, 800]
-
-
-def test_a_long_prompt_is_gated_at_its_own_length():
-    def entry(context, seconds, plain):
-        return {
-            "context": context,
-            "seconds": {str(k): v for k, v in enumerate(seconds, 1)},
-            "plain_token_seconds": plain,
-        }
-
-    short, long = entry(80, [1.0, 1.2, 1.4], 1.0), entry(800, [1.2, 2.0, 3.0], 1.0)
-    cell = {"num_draft": 2, "min_ngram": 3, "max_ngram": 4, "cost_gate": True, "verify_costs": short}
-    # A cell from before the gate read each prompt's length prices every prompt at its median.
-    assert policy_of(cell, 800).verify_cost == policy_of(cell).verify_cost == pytest.approx((1.0, 1.2, 1.4))
-    cell["verify_costs_by_context"] = [short, long]
-    assert policy_of(cell).verify_cost == pytest.approx((1.0, 1.2, 1.4))
-    assert policy_of(cell, 800).verify_cost == pytest.approx((1.2, 2.0, 3.0))
-    assert policy_of(cell, 800).restart_cost == pytest.approx(0.2)
 
 
 def test_replay_prices_rounds_against_the_verify_curve():

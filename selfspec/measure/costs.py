@@ -4,7 +4,7 @@ curve a speculative round is priced against."""
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -60,23 +60,6 @@ class DecodeCosts:
         """What leaving the pipeline costs once: a synchronous pass over a pipelined step (the
         graph built while nothing computes), paid once per run of drafting rounds."""
         return max(0.0, self.verify[1] - self.plain_token)
-
-
-def costs_at(table: Sequence[Tuple[int, DecodeCosts]], context: int) -> DecodeCosts:
-    """The costs at `context` from costs measured at a few contexts: linear between the two
-    measured either side of it, those of the nearest one outside them."""
-    table = sorted(table, key=lambda e: e[0])
-    lo = max((e for e in table if e[0] <= context), default=table[0], key=lambda e: e[0])
-    hi = min((e for e in table if e[0] >= context), default=table[-1], key=lambda e: e[0])
-    if lo[0] == hi[0]:
-        return lo[1]
-    w = (context - lo[0]) / (hi[0] - lo[0])
-
-    def mix(a: float, b: float) -> float:
-        return a + w * (b - a)
-
-    verify = {k: mix(lo[1].verify[k], hi[1].verify[k]) for k in lo[1].verify}
-    return DecodeCosts(verify, mix(lo[1].plain_token, hi[1].plain_token))
 
 
 def decode_costs(
