@@ -350,9 +350,10 @@ def test_study_plans_the_earlier_study_cells(tmp_path):
     )
     assert "results/quality/llada2-mini-4bit/general_21/block32_thr0.9.json" in outputs
     assert not any(o.startswith("results/selfspec/llada2-mini-4bit") for o in outputs)
-    # Prompt lookup on both targets, and two-model speculation on its one pair.
+    # Prompt lookup on both targets (and its loop without drafts), and two-model speculation on
+    # its one pair.
     assert [o for o in outputs if o.startswith("results/lookup/")] == sorted(
-        f"results/lookup/{m}/ngram4_draft8.json" for m in ("qwen3-4b-4bit", "llama3.1-8b-4bit")
+        f"results/lookup/{m}/ngram4_draft{k}.json" for m in ("qwen3-4b-4bit", "llama3.1-8b-4bit") for k in (0, 8)
     )
     assert [o for o in outputs if o.startswith("results/specdec/")] == sorted(
         f"results/specdec/llama3.1-8b-4bit/llama3.2-1b-4bit/draft{k}.json" for k in (1, 2, 3, 4, 6)
