@@ -1,23 +1,25 @@
-# Can a model draft its own tokens by skipping layers, and come out faster?
+# Can a model read its weights less often per token, and come out faster than plain greedy
+# decoding? Which way of doing it wins, and where? One job per grid cell times plain decoding
+# and one technique back to back; the comparison puts every technique side by side.
 #
-# Paths:
-#   resources/models/<model>/          fetched marker and the MLX weights that cells load
-#   results/reference/<model>/<prompt_set>.json        mlx-lm greedy tokens (ground truth)
-#   results/selfspec/<model>/<strategy>/skip<f>_draft<k>.json   one timing cell
-#   results/tables/, results/summary.md, results/plots/          aggregation
-#   results/specdec/<target>/<draft>/draft<k>.json               one two-model cell
-#   results/quality/<model>/<question_set>.json                   quality score (plain decoding)
-#   results/quality_check/<model>/<question_set>.json   the lossless rows run on the question set
-#   results/diffusion/<model>/<baseline>/block<b>_thr<t>.json      one diffusion cell
-#   results/quality/<model>/<question_set>/block<b>_thr<t>.json    a diffusion model's quality
-#   results/tables/techniques.*        every technique side by side
-#   results/bench/engine.json          our loops against mlx-lm's (snakemake bench)
-#   logs/<path>.log, benchmarks/<path>.tsv   each job's log, and Snakemake's measurements of it
-#       (wall time s, max_rss MB, ...): <path> is the output's without results/ or resources/,
-#       or the rule's name for tables and plots (logs/tables/aggregate.log)
-#   results/report.html                snakemake --report results/report.html (captions: report/)
-# Each number in those files is computed in the `selfspec` package; the rule that makes a
-# file names the script, and the script names the package function.
+# Paths (each written by one rule: `grep -rn 'results/<folder>' rules/` finds it):
+#   resources/models/<model>/                     fetched marker, and the MLX weights cells load
+#   results/prompts/<prompt_set>.yaml             the prompts every cell times
+#   results/reference/<model>/<prompt_set>.json   mlx-lm's greedy tokens (ground truth)
+#   results/noise/<model>.json                    the A/A run: plain against plain
+#   results/layerskip/<model>/<strategy>/skip<f>_draft<k>.json   one layer-skipping cell
+#   results/twomodel/<target>/<draft>/draft<k>.json              one two-model cell
+#   results/lookup/<model>/ngram<n>_draft<k>.json                one prompt-lookup cell
+#   results/diffusion/<model>/<baseline>/block<b>_thr<t>.json    one diffusion cell
+#   results/profile/, calibration/, search/      layer skipping's per-model measurements
+#   results/quality/<model>/<question_set>.json   quality on the question set (plain decoding)
+#   results/quality_check/<model>/<question_set>.json   the lossless rows run on the questions
+#   results/tables/, results/plots/               tables and figures
+#   results/report.html                           snakemake --report results/report.html
+#   RESULTS.md                                    snakemake --cores 1 results
+#   logs/<path>.log, benchmarks/<path>.tsv        each job's log and Snakemake's measurements
+# Each number in those files is computed in the `fewerpasses` package: the rule that makes a
+# file names its script, and the script names the package function.
 
 from snakemake.utils import min_version
 
@@ -37,24 +39,28 @@ if not workflow.overwrite_configfiles:
 
 include: "rules/common.smk"
 include: "rules/models.smk"
-include: "rules/selfspec.smk"
-include: "rules/aggregate.smk"
+include: "rules/plain.smk"
+include: "rules/layerskip.smk"
+include: "rules/twomodel.smk"
+include: "rules/lookup.smk"
 include: "rules/diffusion.smk"
 include: "rules/techniques.smk"
+include: "rules/results.smk"
 include: "rules/bench.smk"
 
 
-# On a cluster (profiles/slurm) these run on the submitting node: aggregation and plots are
-# quick and read every cell, and fetching needs the network that compute nodes may lack.
+# On a cluster (profiles/slurm) these run on the submitting node: tables and plots are quick
+# and read every cell, and fetching needs the network that compute nodes may lack.
 localrules:
     fetch_model,
     prompt_set,
-    aggregate,
-    plot_selfspec,
+    layerskip_sweep,
+    plot_layerskip,
     plot_adaptive,
     plot_profile,
     compare_techniques,
     plot_techniques,
+    results,
 
 
 rule all:

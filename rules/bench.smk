@@ -7,7 +7,7 @@ rule engine_bench:
     input:
         model=get_bench_model,
         prompts=get_prompt_set,
-        sweep=rules.aggregate.output.csv,
+        sweep=rules.layerskip_sweep.output.csv,
     output:
         "results/bench/engine.json",
     log:
@@ -15,7 +15,7 @@ rule engine_bench:
     benchmark:
         "benchmarks/bench/engine.tsv"
     conda:
-        "../envs/selfspec.yaml"
+        "../envs/fewerpasses.yaml"
     resources:
         **TIMING,
     params:
@@ -25,7 +25,7 @@ rule engine_bench:
         repeats=BENCH["repeats"],
         max_tokens=BENCH.get("max_tokens", GENERATION["max_tokens"]),
         # Our loop runs as the `ours` cells run it.
-        draft_threshold=LAYERSKIP["draft_threshold"],
+        draft_threshold=LAYERSKIP.get("draft_threshold"),
     script:
         "../scripts/bench.py"
 

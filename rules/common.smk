@@ -1,7 +1,7 @@
 # Config validation, the grid, and input functions. Validation runs at parse time, so a bad
 # config stops the run before any job starts and nothing under results/ is touched. Every
-# technique's grid, cell paths and cell params come from its entry in the technique registry
-# (selfspec/techniques.py); nothing here names a technique but layer-skip's own inputs.
+# technique's cells, inputs, params and extra targets come from its entry in the technique
+# registry (fewerpasses/techniques.py); nothing here names a technique.
 
 import os
 from pathlib import Path
@@ -9,12 +9,11 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from selfspec.pipeline.config import ConfigError, check_config, renamed_keys, schema_errors, timing_blas
-from selfspec.core.guards import guard_environment
-from selfspec.core.prompts import prompt_set_file
-from selfspec.layerskip.strategies import REGISTRY as STRATEGY_REGISTRY
-from selfspec.layerskip.technique import adaptive_models
-from selfspec.techniques import REGISTRY as TECHNIQUES, lossless
+from fewerpasses.pipeline.config import ConfigError, check_config, renamed_keys, schema_errors, timing_blas
+from fewerpasses.core.guards import guard_environment
+from fewerpasses.core.prompts import prompt_set_file
+from fewerpasses.report.results_file import command_for, run_name
+from fewerpasses.techniques import REGISTRY as TECHNIQUES, lossless
 
 SCHEMA = Path(workflow.basedir, "config", "schemas", "config.schema.yaml")
 # An earlier config layout is refused with the new key's name, before the schema's message.
@@ -32,12 +31,12 @@ GENERATION = config["generation"]
 PROMPT_SET = GENERATION["prompt_set"]
 # Prompt sets ship with the workflow, so they resolve from it even under --directory.
 PROMPTS_DIR = Path(workflow.basedir) / "config" / "prompts"
-LAYERSKIP = config["layerskip"]
+QUALITY = config.get("quality")
 
-# Timing jobs get a real BLAS on Linux (MKL from the mkl wheel, else OpenBLAS; see README):
-# exported here so every job process inherits it; each result records the BLAS actually loaded.
-# Declared with envvars once set, so that executors which pass variables on to remote jobs
-# pass it too; with `blas: bundled`, or on macOS, nothing is set and nothing is declared.
+# Timing jobs get a real BLAS on Linux (fewerpasses/core/blas.py): exported here so every job
+# process inherits it; each result records the BLAS actually loaded. Declared with envvars
+# once set, so that executors which pass variables on to remote jobs pass it too; with
+# `blas: bundled`, or on macOS, nothing is set and nothing is declared.
 _blas = timing_blas(config.get("blas", "auto"))
 if _blas:
     os.environ["LD_PRELOAD"] = _blas
@@ -63,7 +62,7 @@ wildcard_constraints:
     prompt_set="[A-Za-z0-9_-]+",
 
 
-# Guards for every job (selfspec/core/guards.py): memory_guard and generation.require_lossless
+# Guards for every job (fewerpasses/core/guards.py): memory_guard and generation.require_lossless
 # reach the jobs through the environment, so changing them reruns no finished job.
 os.environ.update(guard_environment(config))
 
@@ -84,6 +83,19 @@ def benchmark_path(output):
     return f"benchmarks/{output.removeprefix('results/').removesuffix('.json')}.tsv"
 
 
+def rule_file(rule_output):
+    """A registry entry's (rule name, wildcards) as that rule's first output file; the prompt
+    set is the run's."""
+    name, wildcards = rule_output
+    return output_path(getattr(rules, name).output[0], prompt_set=PROMPT_SET, **wildcards)
+
+
+def rule_files(rule_output):
+    """Every output file of a registry entry's (rule name, wildcards)."""
+    name, wildcards = rule_output
+    return [output_path(o, prompt_set=PROMPT_SET, **wildcards) for o in getattr(rules, name).output]
+
+
 def get_model_source(wildcards):
     return config["models"][wildcards.model]["source"]
 
@@ -96,12 +108,12 @@ def get_model_dtype(wildcards):
     return config["models"][wildcards.model].get("dtype")
 
 
-def get_model_dir(wildcards):
-    return output_path(rules.quantize_model.output[0], model=wildcards.model)
-
-
 def model_dir(name):
     return output_path(rules.quantize_model.output[0], model=name)
+
+
+def get_model_dir(wildcards):
+    return model_dir(wildcards.model)
 
 
 def get_prompt_source(wildcards):
@@ -118,86 +130,51 @@ def get_reference(wildcards):
     return output_path(rules.reference_outputs.output[0], model=wildcards.model, prompt_set=PROMPT_SET)
 
 
-def cell_params(technique):
+def get_question_set(wildcards):
+    return str(Path(workflow.basedir) / "config" / "questions" / f"{wildcards.question_set}.yaml")
+
+
+def cell_params(name):
     """A cell's params, from its wildcards and its technique's section only: adding grid
     values never changes an existing cell's params."""
-    return lambda wildcards: technique.params(wildcards, config)
+    return lambda wildcards: TECHNIQUES[name].params(wildcards, config)
 
 
-def get_technique_cells(name, target=None):
-    """Every cell of one technique, or one target's."""
-    return TECHNIQUES[name].cell_paths(config, target)
+def named_inputs(inputs):
+    """An input function from a registry function `(wildcards, config) -> {name: (rule,
+    wildcards)}`: the same inputs as files."""
+
+    def get_named_inputs(wildcards):
+        return {k: rule_file(v) for k, v in inputs(wildcards, config).items()}
+
+    return get_named_inputs
+
+
+def listed_outputs(outputs):
+    """An input function from a registry function `config -> [(rule, wildcards)]`."""
+    return lambda wildcards: [rule_file(o) for o in outputs(config)]
+
+
+def cell_inputs(name):
+    """A cell's inputs: the prompt set, and the files its technique's registry entry names."""
+    named = named_inputs(TECHNIQUES[name].inputs)
+    return lambda wildcards: {"prompts": get_prompt_set(wildcards), **named(wildcards)}
+
+
+def technique_cells(name, target=None):
+    """Every cell file of one technique, or of one target's: its grid through its cell rule."""
+    t = TECHNIQUES[name]
+    return [rule_file((t.rule, w)) for w in t.cells(config, target)]
+
+
+def cells_of(name):
+    """An input function: every cell file of one technique."""
+    return lambda wildcards: technique_cells(name)
 
 
 def get_all_cells(wildcards=None):
     """Every cell of every technique: the comparison reads them all."""
-    return [p for name in TECHNIQUES for p in get_technique_cells(name)]
-
-
-def get_cells(wildcards=None, model=None):
-    """Every layer-skip cell, or one model's."""
-    return get_technique_cells("layerskip", model)
-
-
-# Models with a latency profile: those that run knapsack/auto/search, and any profile.models.
-PROFILED_MODELS = sorted(set(adaptive_models(config)) | set(config["profile"].get("models", [])))
-
-
-def get_bench_model(wildcards):
-    return model_dir(config["bench"]["model"])
-
-
-def get_final_output():
-    """What `snakemake` makes by default: the layer-skip sweep's tables, summary and plots,
-    and the comparison of every technique when there is more than one or a quality score."""
-    out = [*rules.aggregate.output, *rules.plot_selfspec.output]
-    out += [output_path(rules.plot_profile.output[0], model=m) for m in PROFILED_MODELS]
-    if adaptive_models(config):
-        out += rules.plot_adaptive.output
-    return out + get_technique_outputs()
-
-
-CALIBRATION_SET = LAYERSKIP.get("calibration_set", PROMPT_SET)
-
-
-def get_profile_path(wildcards):
-    return output_path(rules.profile_model.output[0], model=wildcards.model)
-
-
-def get_calibration_prompts(wildcards):
-    return str(prompt_set_file(PROMPTS_DIR, CALIBRATION_SET))
-
-
-def strategy_input_rule(need):
-    """The rule that makes each per-model input a strategy needs (selfspec/layerskip/strategies.py)."""
-    return {"profile": rules.profile_model, "calibration": rules.calibrate_model, "search": rules.search_model}[need]
-
-
-def get_cell_inputs(wildcards):
-    """A layer-skip cell's inputs: the model, prompts and reference, and what its strategy needs."""
-    inputs = {
-        "model": get_model_dir(wildcards),
-        "prompts": get_prompt_set(wildcards),
-        "reference": get_reference(wildcards),
-    }
-    for need in STRATEGY_REGISTRY[wildcards.strategy].needs:
-        inputs[need] = output_path(strategy_input_rule(need).output[0], model=wildcards.model)
-    return inputs
-
-
-def get_profiles(wildcards=None):
-    return [output_path(rules.profile_model.output[0], model=m) for m in PROFILED_MODELS]
-
-
-QUALITY = config.get("quality")
-
-
-def get_draft_model_dir(wildcards):
-    return model_dir(wildcards.draft_model)
-
-
-def get_question_set(wildcards):
-    return str(Path(workflow.basedir) / "config" / "questions" / f"{wildcards.question_set}.yaml")
+    return [p for name in TECHNIQUES for p in technique_cells(name)]
 
 
 def lossless_targets():
@@ -212,50 +189,17 @@ def get_quality_files(wildcards=None):
     return [output_path(rules.quality_score.output[0], model=m, question_set=QUALITY["question_set"]) for m in targets]
 
 
+def get_own_quality_files(wildcards=None):
+    """The quality of techniques that score their own answers (not lossless)."""
+    if not QUALITY:
+        return []
+    return [rule_file(o) for t in TECHNIQUES.values() for o in t.quality_outputs(config, QUALITY["question_set"])]
+
+
 def get_noise_files(wildcards=None):
     """Each measured model's A/A run (plain against plain): the noise floor of its speedups."""
     targets = config["noise"].get("models") or lossless_targets()
     return [output_path(rules.noise_floor.output[0], model=m) for m in sorted(targets)]
-
-
-def get_technique_outputs():
-    if not (QUALITY or any(t.grid(config) for name, t in TECHNIQUES.items() if name != "layerskip")):
-        return []
-    return [rules.compare_techniques.output.csv, rules.compare_techniques.output.md, *rules.plot_techniques.output]
-
-
-DIFFUSION = TECHNIQUES["diffusion"]
-
-
-def get_diffusion_model_inputs(wildcards):
-    """A diffusion model's directory, and its base model's where it is an adapter."""
-    inputs = {"model": get_model_dir(wildcards)}
-    base = config["models"][wildcards.model].get("base")
-    if base:
-        inputs["base"] = model_dir(base)
-    return inputs
-
-
-def get_diffusion_inputs(wildcards):
-    return {**get_diffusion_model_inputs(wildcards), "baseline": model_dir(wildcards.baseline)}
-
-
-def get_diffusion_reference(wildcards):
-    # The baseline's greedy tokens: the diffusion tokens are compared with them (not required to match).
-    return output_path(rules.reference_outputs.output[0], model=wildcards.baseline, prompt_set=PROMPT_SET)
-
-
-def get_diffusion_quality_files(wildcards=None):
-    """The diffusion models' own quality, one per (model, block length, threshold)."""
-    if not QUALITY:
-        return []
-    settings = sorted({(w["model"], w["block"], w["threshold"]) for w in DIFFUSION.grid(config)})
-    return [
-        output_path(
-            rules.diffusion_quality.output[0], model=m, question_set=QUALITY["question_set"], block=bl, threshold=t
-        )
-        for m, bl, t in settings
-    ]
 
 
 def get_check_inputs(wildcards):
@@ -266,7 +210,7 @@ def get_check_inputs(wildcards):
     extra = sorted({e for t in lossless() for e in t.extra_models(config, m)})
     return {
         "plain": output_path(rules.quality_score.output[0], model=m, question_set=wildcards.question_set),
-        "cells": [p for t in lossless() for p in t.cell_paths(config, m)],
+        "cells": [p for t in lossless() for p in technique_cells(t.name, m)],
         **{f"model_{e}": model_dir(e) for e in extra},
     }
 
@@ -281,3 +225,43 @@ def get_question_checks(wildcards=None):
         for m in scored
         if m in lossless_targets()
     ]
+
+
+def get_technique_outputs():
+    """The comparison of every technique, where a technique runs or quality is scored."""
+    if not (QUALITY or get_all_cells()):
+        return []
+    return [*rules.compare_techniques.output, *rules.plot_techniques.output]
+
+
+def get_final_output():
+    """What `snakemake` makes by default: each technique's own tables and figures (its
+    registry entry's `outputs`), and the comparison of every technique."""
+    out = [f for t in TECHNIQUES.values() for o in t.outputs(config) for f in rule_files(o)]
+    return out + get_technique_outputs()
+
+
+def get_bench_model(wildcards):
+    return model_dir(config["bench"]["model"])
+
+
+def get_results_inputs(wildcards):
+    """What RESULTS.md is written from: the run's tables and figures, and its cells and A/A
+    runs (for what they recorded of the machine)."""
+    return {"tables": get_final_output(), "cells": get_all_cells() + get_noise_files()}
+
+
+def run_configfiles():
+    """The --configfile arguments of this run, relative to the workflow where they lie in it."""
+    base = Path(workflow.basedir).resolve()
+    files = [Path(f).resolve() for f in workflow.overwrite_configfiles or []]
+    return [str(f.relative_to(base)) if f.is_relative_to(base) else str(f) for f in files]
+
+
+def results_run_name():
+    """This run's name in RESULTS.md: its --configfile stems, or `default`."""
+    return run_name(run_configfiles())
+
+
+def results_command():
+    return command_for(run_configfiles())

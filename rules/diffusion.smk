@@ -1,32 +1,33 @@
 # Diffusion generation: one cell per (diffusion model, baseline, block length, threshold),
-# timed against plain decoding of the baseline, and its quality on the question set
-# (diffusion is not lossless, so it is scored, never assumed).
+# timed against plain decoding of the autoregressive baseline, and its quality on the question
+# set (diffusion is not lossless, so it is scored, never assumed).
+
+
+from fewerpasses.diffusion.technique import quality_inputs
 
 
 rule diffusion_cell:
     input:
-        unpack(get_diffusion_inputs),
-        prompts=get_prompt_set,
-        reference=get_diffusion_reference,
+        unpack(cell_inputs("diffusion")),
     output:
-        DIFFUSION.output,
+        "results/diffusion/{model}/{baseline}/block{block}_thr{threshold}.json",
     log:
-        log_path(DIFFUSION.output),
+        "logs/diffusion/{model}/{baseline}/block{block}_thr{threshold}.log",
     benchmark:
-        benchmark_path(DIFFUSION.output)
+        "benchmarks/diffusion/{model}/{baseline}/block{block}_thr{threshold}.tsv"
     conda:
-        "../envs/selfspec.yaml"
+        "../envs/fewerpasses.yaml"
     resources:
         **TIMING,
     params:
-        cell=cell_params(DIFFUSION),
+        cell=cell_params("diffusion"),
     script:
         "../scripts/diffusion_cell.py"
 
 
 rule diffusion_quality:
     input:
-        unpack(get_diffusion_model_inputs),
+        unpack(named_inputs(quality_inputs)),
         questions=get_question_set,
     output:
         report(
@@ -45,7 +46,7 @@ rule diffusion_quality:
     benchmark:
         "benchmarks/quality/{model}/{question_set}/block{block}_thr{threshold}.tsv"
     conda:
-        "../envs/selfspec.yaml"
+        "../envs/fewerpasses.yaml"
     resources:
         **TIMING,
     params:

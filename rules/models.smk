@@ -11,7 +11,7 @@ rule fetch_model:
     benchmark:
         "benchmarks/models/{model}/fetch.tsv"
     conda:
-        "../envs/selfspec.yaml"
+        "../envs/fewerpasses.yaml"
     params:
         source=get_model_source,
         basedir=workflow.basedir,
@@ -29,7 +29,7 @@ rule quantize_model:
     benchmark:
         "benchmarks/models/{model}/quantize.tsv"
     conda:
-        "../envs/selfspec.yaml"
+        "../envs/fewerpasses.yaml"
     params:
         quantize=get_model_quantize,
         dtype=get_model_dtype,

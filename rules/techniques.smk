@@ -1,106 +1,6 @@
-# Every technique side by side: the A/A run, the standard cell rules of the registry's
-# techniques, quality scores and the question-set check, and the table and figures that put
-# them beside plain decoding. Layer-skip (rules/selfspec.smk), two-model (below) and diffusion
-# (rules/diffusion.smk) write their own cell rules, since their cells load more than the model.
-
-
-rule noise_floor:
-    input:
-        model=get_model_dir,
-        prompts=get_prompt_set,
-        reference=get_reference,
-    output:
-        "results/noise/{model}.json",
-    log:
-        "logs/noise/{model}.log",
-    benchmark:
-        "benchmarks/noise/{model}.tsv"
-    conda:
-        "../envs/selfspec.yaml"
-    resources:
-        **TIMING,
-    params:
-        max_tokens=GENERATION["max_tokens"],
-        repeats=config["noise"].get("repeats", GENERATION["repeats"]),
-        warmup=GENERATION["warmup"],
-    script:
-        "../scripts/noise_floor.py"
-
-
-rule specdec_cell:
-    input:
-        model=get_model_dir,
-        draft=get_draft_model_dir,
-        prompts=get_prompt_set,
-        reference=get_reference,
-    output:
-        TECHNIQUES["twomodel"].output,
-    log:
-        log_path(TECHNIQUES["twomodel"].output),
-    benchmark:
-        benchmark_path(TECHNIQUES["twomodel"].output)
-    conda:
-        "../envs/selfspec.yaml"
-    resources:
-        **TIMING,
-    params:
-        cell=cell_params(TECHNIQUES["twomodel"]),
-    script:
-        "../scripts/specdec_cell.py"
-
-
-# A standard cell rule for each technique whose cell needs only the model, the prompts and
-# the reference (its registry entry names the script, the output and the params): prompt
-# lookup is one. The script calls the technique's cell function in selfspec/<technique>/cell.py.
-for _t in [t for t in TECHNIQUES.values() if t.script]:
-
-    rule:
-        name:
-            _t.rule
-        input:
-            model=get_model_dir,
-            prompts=get_prompt_set,
-            reference=get_reference,
-        output:
-            _t.output,
-        log:
-            log_path(_t.output),
-        benchmark:
-            benchmark_path(_t.output)
-        conda:
-            "../envs/selfspec.yaml"
-        resources:
-            **TIMING,
-        params:
-            cell=cell_params(_t),
-        script:
-            f"../scripts/{_t.script}"
-
-
-rule quality_score:
-    input:
-        model=get_model_dir,
-        questions=get_question_set,
-    output:
-        report(
-            "results/quality/{model}/{question_set}.json",
-            caption="../report/quality.rst",
-            category="Quality",
-            subcategory="{model}",
-            labels={"model": "{model}", "question set": "{question_set}", "result": "answers and score"},
-        ),
-    log:
-        "logs/quality/{model}/{question_set}.log",
-    benchmark:
-        "benchmarks/quality/{model}/{question_set}.tsv"
-    conda:
-        "../envs/selfspec.yaml"
-    resources:
-        **TIMING,
-    params:
-        max_tokens=config.get("quality", {}).get("max_tokens", 32),
-    script:
-        "../scripts/quality_score.py"
+# Every technique side by side: the question-set check of the lossless rows, and the table
+# and figures that put each technique's chosen rows beside plain decoding. Each technique's
+# cells come from its own rules file (rules/<technique>.smk).
 
 
 rule question_check:
@@ -115,7 +15,7 @@ rule question_check:
     benchmark:
         "benchmarks/quality_check/{model}/{question_set}.tsv"
     conda:
-        "../envs/selfspec.yaml"
+        "../envs/fewerpasses.yaml"
     resources:
         **TIMING,
     params:
@@ -128,11 +28,11 @@ rule question_check:
 
 rule compare_techniques:
     input:
-        cells=get_all_cells(),
-        quality=get_quality_files(),
-        noise=get_noise_files(),
-        own_quality=get_diffusion_quality_files(),
-        checks=get_question_checks(),
+        cells=get_all_cells,
+        quality=get_quality_files,
+        noise=get_noise_files,
+        own_quality=get_own_quality_files,
+        checks=get_question_checks,
     output:
         csv=report(
             "results/tables/techniques.csv",
@@ -195,7 +95,7 @@ rule compare_techniques:
     benchmark:
         "benchmarks/tables/techniques.tsv"
     conda:
-        "../envs/selfspec.yaml"
+        "../envs/fewerpasses.yaml"
     params:
         earlier_study=config.get("comparison", {}).get("earlier_study", {}),
     script:
@@ -249,6 +149,6 @@ rule plot_techniques:
     benchmark:
         "benchmarks/plots/plot_techniques.tsv"
     conda:
-        "../envs/selfspec.yaml"
+        "../envs/fewerpasses.yaml"
     script:
         "../scripts/plot_techniques.py"

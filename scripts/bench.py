@@ -2,8 +2,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.layerskip.bench import engine_bench, sweep_figures
-from selfspec.core.atomic import write_json
+from fewerpasses.layerskip.bench import engine_bench, sweep_figures
+from fewerpasses.core.atomic import write_json
 
 p = snakemake.params
 result = engine_bench(

@@ -3,8 +3,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.layerskip.calibrate import run_calibration
-from selfspec.core.atomic import write_json
+from fewerpasses.layerskip.calibrate import run_calibration
+from fewerpasses.core.atomic import write_json
 
 result = run_calibration(
     snakemake.input.model,

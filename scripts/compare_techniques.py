@@ -2,7 +2,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.report.techniques import write_comparison
+from fewerpasses.report.techniques import write_comparison
 
 write_comparison(
     snakemake.input.cells,

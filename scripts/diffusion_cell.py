@@ -3,8 +3,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.diffusion.cell import diffusion_cell
-from selfspec.measure.results import write_cell
+from fewerpasses.diffusion.cell import diffusion_cell
+from fewerpasses.measure.results import write_cell
 
 result = diffusion_cell(
     snakemake.input.model,

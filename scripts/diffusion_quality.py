@@ -2,8 +2,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.core.atomic import write_json
-from selfspec.diffusion.cell import diffusion_quality
+from fewerpasses.core.atomic import write_json
+from fewerpasses.diffusion.cell import diffusion_quality
 
 result = diffusion_quality(
     snakemake.input.model,

@@ -3,7 +3,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.core.fetch import fetch
+from fewerpasses.core.fetch import fetch
 
 info = fetch(
     snakemake.wildcards.model,

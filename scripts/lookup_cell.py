@@ -3,8 +3,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.lookup.cell import lookup_cell
-from selfspec.measure.results import write_cell
+from fewerpasses.lookup.cell import lookup_cell
+from fewerpasses.measure.results import write_cell
 
 result = lookup_cell(
     snakemake.input.model,

@@ -3,8 +3,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.measure.cell import noise_cell
-from selfspec.measure.results import write_cell
+from fewerpasses.measure.cell import noise_cell
+from fewerpasses.measure.results import write_cell
 
 result = noise_cell(
     snakemake.input.model,

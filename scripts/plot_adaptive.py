@@ -4,7 +4,7 @@ sys.stderr = open(snakemake.log[0], "w")
 
 import pandas as pd
 
-from selfspec.report.plots import predicted_vs_measured, sublayer_map
+from fewerpasses.report.plots import predicted_vs_measured, sublayer_map
 
 df = pd.read_csv(snakemake.input[0])
 sublayer_map(df, snakemake.output.sublayers)

@@ -4,7 +4,7 @@ sys.stderr = open(snakemake.log[0], "w")
 
 import pandas as pd
 
-from selfspec.report.plots import (
+from fewerpasses.report.plots import (
     regime_map,
     speedup_by_context,
     techniques_by_length,

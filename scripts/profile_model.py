@@ -2,8 +2,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.layerskip.calibrate import run_profile
-from selfspec.core.atomic import write_json
+from fewerpasses.layerskip.calibrate import run_profile
+from fewerpasses.core.atomic import write_json
 
 result = run_profile(
     snakemake.input.model,

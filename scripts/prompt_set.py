@@ -2,7 +2,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.core.prompts import load_prompt_set, write_prompt_set
+from fewerpasses.core.prompts import load_prompt_set, write_prompt_set
 
 ps = load_prompt_set(
     snakemake.input[0], per_category=snakemake.params.per_category, categories=snakemake.params.categories

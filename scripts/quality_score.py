@@ -2,8 +2,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.core.atomic import write_json
-from selfspec.quality import score_model
+from fewerpasses.core.atomic import write_json
+from fewerpasses.quality import score_model
 
 result = score_model(
     snakemake.input.model,

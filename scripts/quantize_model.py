@@ -3,9 +3,9 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.core.fetch import prepare
-from selfspec.core.technique import resolve
-from selfspec.techniques import converters
+from fewerpasses.core.fetch import prepare
+from fewerpasses.core.technique import resolve
+from fewerpasses.techniques import converters
 
 src = json.load(open(snakemake.input[0]))
 info = prepare(

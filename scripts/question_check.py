@@ -3,9 +3,9 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.core.atomic import write_json
-from selfspec.quality import check_rows
-from selfspec.report.tables import load_cells
+from fewerpasses.core.atomic import write_json
+from fewerpasses.quality import check_rows
+from fewerpasses.report.tables import load_cells
 
 result = check_rows(
     snakemake.input.model,

@@ -2,8 +2,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.core.atomic import write_json
-from selfspec.measure.reference import reference_outputs
+from fewerpasses.core.atomic import write_json
+from fewerpasses.measure.reference import reference_outputs
 
 result = reference_outputs(
     snakemake.input.model,

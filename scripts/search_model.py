@@ -3,8 +3,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from selfspec.core.atomic import write_json
-from selfspec.layerskip.search import run_search
+from fewerpasses.core.atomic import write_json
+from fewerpasses.layerskip.search import run_search
 
 p = snakemake.params
 result = run_search(

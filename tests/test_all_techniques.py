@@ -89,10 +89,10 @@ def test_lossless_rows_are_checked_on_the_question_set(run):
     techniques = [r["technique"] for r in check["rows"]]
     assert techniques == seeds_rows_where_not_best(
         [
-            "self-spec (best)",
-            "self-spec (seeds' config)",
+            "layer skipping (best)",
+            "layer skipping (earlier study)",
             "two-model (best)",
-            "two-model (seeds' config)",
+            "two-model (earlier study)",
             "prompt lookup (best)",
         ],
         techniques,
@@ -108,10 +108,10 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
     df = pd.read_csv(d / "results/tables/techniques.csv")
     expected = [
         "plain",
-        "self-spec (best)",
-        "self-spec (seeds' config)",
+        "layer skipping (best)",
+        "layer skipping (earlier study)",
         "two-model (best)",
-        "two-model (seeds' config)",
+        "two-model (earlier study)",
         "prompt lookup (best)",
         "diffusion",
     ]
@@ -120,7 +120,7 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
     q = json.loads((d / "results/quality/tiny-diff/stdlib_quiz/block8_thr0.9.json").read_text())
     assert diff.quality == pytest.approx(q["score"]) and diff.quality_basis == "own answers"
     assert diff.config == "block 8, threshold 0.9" and diff.draft == "tiny-diff"
-    spec = df[df.technique.str.startswith(("self-spec", "two-model", "prompt lookup"))]
+    spec = df[df.technique.str.startswith(("layer skipping", "two-model", "prompt lookup"))]
     assert (spec.quality_basis == "own answers (= plain's tokens)").all()
     per_prompt = pd.read_csv(d / "results/tables/techniques_per_prompt.csv")
     rows = per_prompt[per_prompt.technique == "diffusion"]
@@ -135,7 +135,7 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
 
 def test_every_cell_carries_the_contract(run):
     d, _ = run
-    for kind in ("selfspec", "specdec", "lookup", "diffusion", "noise"):
+    for kind in ("layerskip", "twomodel", "lookup", "diffusion", "noise"):
         for path in (d / "results" / kind).rglob("*.json"):
             cell = json.loads(path.read_text())
             assert cell["technique"] in ("layerskip", "twomodel", "lookup", "diffusion", "plain"), path
@@ -152,7 +152,7 @@ def test_new_lookup_setting_adds_one_cell_and_one_check(run):
     write_config(d, grown, "grown_lookup.yaml")
     jobs = planned_jobs(d, config="config/grown_lookup.yaml")
     assert jobs.get("lookup_cell") == 1
-    assert "selfspec_cell" not in jobs and "specdec_cell" not in jobs and "diffusion_cell" not in jobs
+    assert "layerskip_cell" not in jobs and "twomodel_cell" not in jobs and "diffusion_cell" not in jobs
 
 
 def test_new_threshold_adds_one_cell_and_its_quality(run):
@@ -162,7 +162,7 @@ def test_new_threshold_adds_one_cell_and_its_quality(run):
     write_config(d, grown, "grown.yaml")
     jobs = planned_jobs(d, config="config/grown.yaml")
     assert jobs.get("diffusion_cell") == 1 and jobs.get("diffusion_quality") == 1
-    assert "selfspec_cell" not in jobs and "question_check" not in jobs
+    assert "layerskip_cell" not in jobs and "question_check" not in jobs
 
 
 def test_report_groups_the_comparison_and_each_models_quality(run):

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from selfspec.core.models import load
-from selfspec.core.prompts import encoded_prompts, eos_ids, load_prompt_set, prompt_set_file, write_prompt_set
-from selfspec.measure.reference import reference_outputs, stored_answers
-from selfspec.measure.streams import greedy_answer, plain_stream, timed_generation
-from selfspec.report.plots import regime_map
-from selfspec.report.techniques import OVERALL, category_frame, leaderboard
+from fewerpasses.core.models import load
+from fewerpasses.core.prompts import encoded_prompts, eos_ids, load_prompt_set, prompt_set_file, write_prompt_set
+from fewerpasses.measure.reference import reference_outputs, stored_answers
+from fewerpasses.measure.streams import greedy_answer, plain_stream, timed_generation
+from fewerpasses.report.plots import regime_map
+from fewerpasses.report.techniques import OVERALL, category_frame, leaderboard
 
 
 def test_the_shipped_category_set_covers_spec_benchs_13_categories(repo):

@@ -11,7 +11,7 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from selfspec.pipeline.config import ConfigError, check_config, renamed_keys, schema_errors
+from fewerpasses.pipeline.config import ConfigError, check_config, renamed_keys, schema_errors
 from tiny_models import write_model_dir, write_tokenizer
 from workflow import REPO, copy_workflow, planned_jobs, snakemake, write_config
 
@@ -261,8 +261,8 @@ def test_renamed_keys_names_every_old_key():
 
 def test_schema_enums_match_the_registries():
     """A strategy or engine is added in its registry; the schema must list exactly those."""
-    from selfspec.layerskip.engines import ENGINES
-    from selfspec.layerskip.strategies import STRATEGIES
+    from fewerpasses.layerskip.engines import ENGINES
+    from fewerpasses.layerskip.strategies import STRATEGIES
 
     schema = yaml.safe_load(SCHEMA.read_text())
     s = schema["properties"]["layerskip"]["properties"]
@@ -283,7 +283,7 @@ def test_schema_enums_match_the_registries():
 
 
 def test_schema_has_a_section_per_technique():
-    from selfspec.techniques import REGISTRY
+    from fewerpasses.techniques import REGISTRY
 
     schema = yaml.safe_load(SCHEMA.read_text())
     assert set(REGISTRY) <= set(schema["properties"])
@@ -332,4 +332,22 @@ def test_earlier_layout_stops_snakemake_before_any_job(workdir):
 def test_good_config_plans(workdir):
     write_config(workdir, GOOD, "good.yaml")
     jobs = planned_jobs(workdir, config="config/good.yaml")
-    assert jobs["selfspec_cell"] == 1 and jobs["reference_outputs"] == 1 and jobs["all"] == 1
+    assert jobs["layerskip_cell"] == 1 and jobs["reference_outputs"] == 1 and jobs["all"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("only", ["lookup", "twomodel"])
+def test_a_config_with_one_technique_plans_only_its_cells(workdir, only):
+    """Every technique's section is optional: with only one, only its cells (and plain
+    decoding's reference and A/A run, and the comparison) are planned."""
+    cfg = {k: v for k, v in copy.deepcopy(GOOD).items() if k != "layerskip"}
+    if only == "lookup":
+        cfg["lookup"] = {"models": ["tiny"], "max_ngrams": [3], "draft_lengths": [4]}
+    else:
+        with_pair(cfg, GOOD["models"]["tiny"]["source"])
+    write_config(workdir, cfg, f"only_{only}.yaml")
+    jobs = planned_jobs(workdir, config=f"config/only_{only}.yaml")
+    cells = {name for name in jobs if name.endswith("_cell")}
+    assert cells == {f"{only}_cell"} and jobs[f"{only}_cell"] == 1
+    assert jobs["reference_outputs"] == 1 and jobs["noise_floor"] == 1 and jobs["compare_techniques"] == 1
+    assert not {"profile_model", "calibrate_model", "layerskip_sweep"} & set(jobs)

@@ -6,15 +6,15 @@ import mlx.core as mx
 import pandas as pd
 import pytest
 
-from selfspec.core.models import load, model_parts
-from selfspec.core.prompts import encoded_prompts, load_prompt_set, write_prompt_set
-from selfspec.layerskip.calibrate import select_by_context
-from selfspec.layerskip.cell import by_context
-from selfspec.layerskip.knapsack import frontier, point_speedup
-from selfspec.layerskip.profile import LatencyModel, profile_model
-from selfspec.measure.streams import plain_stream, timed_generation
-from selfspec.report.plots import speedup_by_context
-from selfspec.report.techniques import OVERALL, category_frame, context_bucket, leaderboard
+from fewerpasses.core.models import load, model_parts
+from fewerpasses.core.prompts import encoded_prompts, load_prompt_set, write_prompt_set
+from fewerpasses.layerskip.calibrate import select_by_context
+from fewerpasses.layerskip.cell import by_context
+from fewerpasses.layerskip.knapsack import frontier, point_speedup
+from fewerpasses.layerskip.profile import LatencyModel, profile_model
+from fewerpasses.measure.streams import plain_stream, timed_generation
+from fewerpasses.report.plots import speedup_by_context
+from fewerpasses.report.techniques import OVERALL, category_frame, context_bucket, leaderboard
 from tiny_models import build_model, make_args, write_chat_teacher
 
 DOC = "\n".join(f"Line {i}: the harbour kept {i * 7} tonnes of herring in year {1950 + i}." for i in range(400))
@@ -103,7 +103,7 @@ def test_knapsack_context_rechooses_where_the_costs_change():
     short context and dear at the long one (MLP the reverse, for the test's sake): the draft
     chosen at each context skips the redundant sublayer that is dear there, predicts at least
     what the static draft would there, and a prompt takes its length's draft."""
-    from selfspec.layerskip.knapsack import choose
+    from fewerpasses.layerskip.knapsack import choose
 
     n = 8
     model = build_model(make_args("llama", layers=n, tie_word_embeddings=False), seed=2)

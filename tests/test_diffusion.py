@@ -11,8 +11,8 @@ from mlx_lm.models import bailing_moe
 from mlx_lm.models.switch_layers import QuantizedSwitchLinear
 from mlx_lm.utils import save_config, save_model
 
-from selfspec.diffusion.llada2 import EOS_TOKEN_ID, MASK_TOKEN_ID, Model, ModelArgs, load_model, route
-from selfspec.diffusion.sampler import (
+from fewerpasses.diffusion.llada2 import EOS_TOKEN_ID, MASK_TOKEN_ID, Model, ModelArgs, load_model, route
+from fewerpasses.diffusion.sampler import (
     block_causal_mask,
     diffusion_generate_step,
     timed_diffusion,
@@ -291,7 +291,7 @@ def test_quantized_hf_equals_saved_quantized_mlx(model, tmp_path):
 def test_load_with_tokenizer(model, tmp_path):
     from tiny_models import write_tokenizer
 
-    from selfspec.diffusion.llada2 import load
+    from fewerpasses.diffusion.llada2 import load
 
     d = write_hf(model, tmp_path / "hf")
     write_tokenizer(d)
@@ -333,8 +333,8 @@ def test_conversion_keeps_the_router_float32_and_unquantized(model, tmp_path, qu
     """A bfloat16 HF checkpoint converted as the pipeline does (core.fetch.prepare with
     llada2.prepare as the llada2_moe converter), quantized or cast: the router's weight and
     expert_bias are float32 and not quantized, on disk and loaded; the rest is converted."""
-    from selfspec.core.fetch import prepare
-    from selfspec.diffusion import llada2
+    from fewerpasses.core.fetch import prepare
+    from fewerpasses.diffusion import llada2
 
     hf = write_hf(model, tmp_path / "hf", dtype=mx.bfloat16)
     loaded, _ = load_model(hf)
@@ -379,13 +379,13 @@ def test_set_dtype_and_mlx_lm_cast_predicate_skip_the_router():
 
 
 def test_check_command(model, tmp_path):
-    """`python -m selfspec.diffusion.llada2 check DIR`: strict load, config keys, router tensors."""
+    """`python -m fewerpasses.diffusion.llada2 check DIR`: strict load, config keys, router tensors."""
     import subprocess
     import sys
 
     cfg = {k: v for k, v in HF_CONFIG.items() if k != "norm_topk_prob"}
     hf = write_hf(model, tmp_path / "hf", dtype=mx.bfloat16, config=cfg)
-    cmd = [sys.executable, "-m", "selfspec.diffusion.llada2", "check", str(hf)]
+    cmd = [sys.executable, "-m", "fewerpasses.diffusion.llada2", "check", str(hf)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -528,7 +528,7 @@ def test_eos_truncates_and_stops_as_the_reference():
 
 
 def test_prefix_causal_mask_pattern():
-    from selfspec.diffusion.adapted import prefix_causal_mask
+    from fewerpasses.diffusion.adapted import prefix_causal_mask
 
     # Keys 0..4; the block being denoised starts at 3: rows 3 and 4 see every key.
     m = np.array(prefix_causal_mask(3, block_start=3, offset=2))
@@ -540,7 +540,7 @@ def test_prefix_causal_mask_pattern():
 def adapted_models(tmp_path_factory):
     from tiny_models import write_diffusion_adapter, write_model_dir
 
-    from selfspec.diffusion import adapted
+    from fewerpasses.diffusion import adapted
 
     d = tmp_path_factory.mktemp("adapted")
     base = write_model_dir(d / "base", "llama", layers=3, seed=3)
@@ -586,8 +586,8 @@ def test_adapted_first_token_is_the_base_models_next_token(adapted_models):
 def test_adapter_round_trip_and_clear_errors(adapted_models, tmp_path):
     import mlx.core as mx
 
-    from selfspec.diffusion import adapted
-    from selfspec.diffusion.cell import load_diffusion
+    from fewerpasses.diffusion import adapted
+    from fewerpasses.diffusion.cell import load_diffusion
     from tiny_models import write_model_dir
 
     base_dir, _, model = adapted_models

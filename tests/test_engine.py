@@ -4,11 +4,11 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from selfspec.layerskip.forward import LayerSkipDraft, forward
-from selfspec.measure.streams import mlx_lm_selfspec_stream, plain_stream, timed_generation
-from selfspec.layerskip.loop import plain_loop, selfspec_loop
-from selfspec.core.models import UnsupportedModelError, model_parts
-from selfspec.layerskip.strategies import SkipPlan, make_plan
+from fewerpasses.layerskip.forward import LayerSkipDraft, forward
+from fewerpasses.measure.streams import mlx_lm_layerskip_stream, plain_stream, timed_generation
+from fewerpasses.layerskip.loop import plain_loop, layerskip_loop
+from fewerpasses.core.models import UnsupportedModelError, model_parts
+from fewerpasses.layerskip.strategies import SkipPlan, make_plan
 from tiny_models import build_model, make_args
 
 MAX = 40
@@ -57,13 +57,13 @@ PLANS = {
 @pytest.mark.parametrize("plan_name", sorted(PLANS))
 @pytest.mark.parametrize("k", [1, 3, 6])
 @pytest.mark.parametrize("engine", ["mlx_lm", "ours"])
-def test_selfspec_is_lossless(model, prompt, reference, plan_name, k, engine):
+def test_layerskip_is_lossless(model, prompt, reference, plan_name, k, engine):
     plan = PLANS[plan_name](len(model.layers))
     if engine == "mlx_lm":
         draft = LayerSkipDraft(model, plan)
-        stream = lambda: mlx_lm_selfspec_stream(model, draft, prompt, MAX, k)
+        stream = lambda: mlx_lm_layerskip_stream(model, draft, prompt, MAX, k)
     else:
-        stream = lambda: selfspec_loop(model_parts(model), prompt, MAX, plan, k, prefill_step_size=16)
+        stream = lambda: layerskip_loop(model_parts(model), prompt, MAX, plan, k, prefill_step_size=16)
     out = timed_generation(stream, len(prompt))
     assert out.tokens == reference
     assert out.drafted > 0 and out.accepted <= out.drafted
@@ -76,9 +76,9 @@ def test_selfspec_is_lossless(model, prompt, reference, plan_name, k, engine):
 
 def test_confidence_threshold_stops_drafts_early_and_stays_lossless(model, prompt, reference):
     plan = make_plan("middle", len(model.layers), 0.3)
-    fixed = timed_generation(lambda: selfspec_loop(model_parts(model), prompt, MAX, plan, 6), len(prompt))
+    fixed = timed_generation(lambda: layerskip_loop(model_parts(model), prompt, MAX, plan, 6), len(prompt))
     early = timed_generation(
-        lambda: selfspec_loop(model_parts(model), prompt, MAX, plan, 6, threshold=0.99), len(prompt)
+        lambda: layerskip_loop(model_parts(model), prompt, MAX, plan, 6, threshold=0.99), len(prompt)
     )
     assert early.tokens == reference
     assert early.drafted < fixed.drafted
@@ -90,7 +90,7 @@ def test_rejection_restores_the_cache(model, prompt):
     parts = model_parts(model)
     plan = make_plan("middle", len(model.layers), 0.5)
     cache = make_prompt_cache(model)
-    out = timed_generation(lambda: selfspec_loop(parts, prompt, MAX, plan, 4, cache=cache), len(prompt))
+    out = timed_generation(lambda: layerskip_loop(parts, prompt, MAX, plan, 4, cache=cache), len(prompt))
     assert out.accepted < out.drafted / 2
     seq = mx.array(prompt.tolist() + out.tokens[:-1], dtype=mx.uint32)
     fresh = make_prompt_cache(model)

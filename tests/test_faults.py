@@ -81,42 +81,42 @@ def test_killed_cell_reruns_alone(tmp_path):
     src = workdir(d)
     # Long enough cells (4 prompts x 3 repeats of 48 tokens) to be killed mid-run.
     write_config(d, base_config({"tiny": src}, [0.2, 0.4], max_tokens=48, repeats=3))
-    victim = d / "results/selfspec/tiny/middle/skip0.4_draft2.json"
-    other = d / "results/selfspec/tiny/middle/skip0.2_draft2.json"
-    log = d / "logs/selfspec/tiny/middle/skip0.4_draft2.log"
+    victim = d / "results/layerskip/tiny/middle/skip0.4_draft2.json"
+    other = d / "results/layerskip/tiny/middle/skip0.2_draft2.json"
+    log = d / "logs/layerskip/tiny/middle/skip0.4_draft2.log"
 
     # 1. SIGKILL the cell's own process after it has timed a pair; Snakemake carries on.
     run = start(d, "--keep-going", SUMMARY)
     wait_for_progress(run, log, "pair 2/12")
-    pids = script_pids(d, "selfspec_cell.py")
+    pids = script_pids(d, "layerskip_cell.py")
     assert len(pids) == 1
     os.kill(pids[0], signal.SIGKILL)
     out = run.communicate(timeout=600)[0]
     assert run.returncode != 0
-    assert "Error in rule selfspec_cell" in out and "skip0.4_draft2" in out
+    assert "Error in rule layerskip_cell" in out and "skip0.4_draft2" in out
     assert not victim.exists() and not leftovers(d)
     assert "pair 2/12" in log.read_text() and "pair 12/12" not in log.read_text()
     json.loads(other.read_text())  # the other cell finished under --keep-going
     other_mtime = other.stat().st_mtime
     # The rerun plans the killed cell and the aggregation, nothing else.
-    assert planned_jobs(d) == {"selfspec_cell": 1, "aggregate": 1, "all": 1, "plot_selfspec": 1}
-    assert planned_jobs(d, SUMMARY) == {"selfspec_cell": 1, "aggregate": 1}
+    assert planned_jobs(d) == {"layerskip_cell": 1, "aggregate": 1, "all": 1, "plot_layerskip": 1}
+    assert planned_jobs(d, SUMMARY) == {"layerskip_cell": 1, "aggregate": 1}
 
     # 2. Kill the whole run (snakemake and the cell), as a closed terminal or power loss would.
     log.unlink()  # so that progress is read from this run's cell
     run = start(d, SUMMARY)
     wait_for_progress(run, log, "pair 2/12")
-    assert len(script_pids(d, "selfspec_cell.py")) == 1
+    assert len(script_pids(d, "layerskip_cell.py")) == 1
     os.killpg(run.pid, signal.SIGKILL)
     run.communicate(timeout=60)
-    assert not script_pids(d, "selfspec_cell.py")
+    assert not script_pids(d, "layerskip_cell.py")
     assert not victim.exists() and not leftovers(d)
     # Snakemake's lock survives a SIGKILL: the next run (not a dry run) stops and says to unlock.
     locked = snakemake(d, "--cores", "1", SUMMARY, check=False)
     assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
     assert not victim.exists()
     snakemake(d, "--unlock")
-    assert planned_jobs(d, SUMMARY, "--rerun-incomplete") == {"selfspec_cell": 1, "aggregate": 1}
+    assert planned_jobs(d, SUMMARY, "--rerun-incomplete") == {"layerskip_cell": 1, "aggregate": 1}
 
     # 3. The user's rerun completes the sweep without redoing the finished cell.
     snakemake(d, "--cores", "1", "--rerun-incomplete", SUMMARY)
@@ -145,11 +145,11 @@ def test_missing_weight_file_fails_only_its_model(tmp_path):
     assert proc.returncode != 0
     # The error names the model and the file.
     assert "model 'broken'" in out and "model-00002-of-00002.safetensors: missing" in out
-    tiny_cells = sorted((d / "results/selfspec/tiny/middle").glob("*.json"))
+    tiny_cells = sorted((d / "results/layerskip/tiny/middle").glob("*.json"))
     assert len(tiny_cells) == 2  # every other cell finished
     mtimes = [p.stat().st_mtime for p in tiny_cells]
     assert not (d / "resources/models/broken/mlx").exists()
-    assert not (d / "results/selfspec/broken").exists()
+    assert not (d / "results/layerskip/broken").exists()
 
     # Fixed (the shard is back): the rerun runs the broken model's jobs only.
     (d / "shard2.saved").rename(broken / "model-00002-of-00002.safetensors")
@@ -157,12 +157,12 @@ def test_missing_weight_file_fails_only_its_model(tmp_path):
         "quantize_model": 1,
         "reference_outputs": 1,
         "noise_floor": 1,
-        "selfspec_cell": 2,
+        "layerskip_cell": 2,
         "aggregate": 1,
     }
     snakemake(d, "--cores", "1", SUMMARY)
     assert [p.stat().st_mtime for p in tiny_cells] == mtimes
-    assert len(list((d / "results/selfspec/broken/middle").glob("*.json"))) == 2
+    assert len(list((d / "results/layerskip/broken/middle").glob("*.json"))) == 2
     assert "4 cells" in (d / SUMMARY).read_text()
 
 
@@ -203,16 +203,16 @@ def test_divergence_is_reported_then_refused(tmp_path):
     # Reported: the cells rerun (their reference changed), record where they diverged, and
     # the table and summary flag them.
     snakemake(d, "--cores", "1", SUMMARY)
-    cell = json.loads((d / "results/selfspec/tiny/middle/skip0.2_draft2.json").read_text())
+    cell = json.loads((d / "results/layerskip/tiny/middle/skip0.2_draft2.json").read_text())
     assert cell["lossless"] is False and cell["lossless_prompts"] == 3
     bad = [p for p in cell["per_prompt"] if not p["lossless"]]
     assert [(p["prompt_id"], p["first_divergence"]) for p in bad] == [(first["prompt_id"], 5)]
     assert bad[0]["plain_matches_reference"] is False  # the reference, not the draft, is off
-    assert "diverged from the reference" in (d / "logs/selfspec/tiny/middle/skip0.2_draft2.log").read_text()
+    assert "diverged from the reference" in (d / "logs/layerskip/tiny/middle/skip0.2_draft2.log").read_text()
     summary = (d / SUMMARY).read_text()
     assert "lossless (every token equal to mlx-lm's greedy output): 0 of 2" in summary
     assert f"**Divergent cells (not lossless), 2:**" in summary and f"{first['prompt_id']} at token 5" in summary
-    assert (d / "results/tables/selfspec_sweep.md").read_text().count("**NO: diverged**") == 2
+    assert (d / "results/tables/layerskip_sweep.md").read_text().count("**NO: diverged**") == 2
 
     # require_lossless on: aggregation re-checks the cells it already has, and refuses them.
     cfg["generation"]["require_lossless"] = True
@@ -222,7 +222,7 @@ def test_divergence_is_reported_then_refused(tmp_path):
     assert proc.returncode != 0 and "require_lossless is set, but 2 cell(s) diverged" in proc.stdout + proc.stderr
 
     # A cell measured under require_lossless fails, its result kept aside for inspection.
-    victim = d / "results/selfspec/tiny/middle/skip0.4_draft2.json"
+    victim = d / "results/layerskip/tiny/middle/skip0.4_draft2.json"
     victim.unlink()
     proc = snakemake(d, "--cores", "1", SUMMARY, check=False)
     out = proc.stdout + proc.stderr
@@ -230,7 +230,7 @@ def test_divergence_is_reported_then_refused(tmp_path):
     assert not victim.exists()
     kept = json.loads((victim.parent / "skip0.4_draft2.diverged.json").read_text())
     assert kept["lossless"] is False and kept["per_prompt"][0]["first_divergence"] == 5
-    assert planned_jobs(d, SUMMARY)["selfspec_cell"] == 1  # it stays to be done
+    assert planned_jobs(d, SUMMARY)["layerskip_cell"] == 1  # it stays to be done
 
     # The reference restored: the cells rerun, lossless, and the refused copy is cleared.
     first["tokens"][5] = (first["tokens"][5] - 1) % 300

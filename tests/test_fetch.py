@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from selfspec.core.fetch import FetchError, fetch, prepare
+from fewerpasses.core.fetch import FetchError, fetch, prepare
 from tiny_models import write_model_dir
 
 
@@ -25,11 +25,11 @@ def test_local_directory_without_config_is_named(tmp_path):
 
 
 def test_unreachable_hub_names_the_model_and_the_offline_default():
-    code = "from selfspec.core.fetch import fetch\nfetch('qwen', 'selfspec-test/does-not-exist-anywhere')\n"
+    code = "from fewerpasses.core.fetch import fetch\nfetch('qwen', 'fewerpasses-test/does-not-exist-anywhere')\n"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode != 0
-    assert "model 'qwen'" in proc.stderr and "selfspec-test/does-not-exist-anywhere" in proc.stderr
+    assert "model 'qwen'" in proc.stderr and "fewerpasses-test/does-not-exist-anywhere" in proc.stderr
     assert "config/config.yaml" in proc.stderr
 
 
@@ -46,12 +46,12 @@ def test_already_quantized_source_cannot_be_requantized(tmp_path):
 
 
 def test_core_imports_nothing_above_it():
-    """selfspec.core is the bottom layer: importing every core module loads no other selfspec
+    """fewerpasses.core is the bottom layer: importing every core module loads no other fewerpasses
     package (pipeline config, techniques)."""
     code = (
-        "import pkgutil, importlib, sys, selfspec.core as c\n"
-        "for m in pkgutil.iter_modules(c.__path__): importlib.import_module('selfspec.core.' + m.name)\n"
-        "print(sorted(n for n in sys.modules if n.startswith('selfspec.') and not n.startswith('selfspec.core')))\n"
+        "import pkgutil, importlib, sys, fewerpasses.core as c\n"
+        "for m in pkgutil.iter_modules(c.__path__): importlib.import_module('fewerpasses.core.' + m.name)\n"
+        "print(sorted(n for n in sys.modules if n.startswith('fewerpasses.') and not n.startswith('fewerpasses.core')))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -59,8 +59,8 @@ def test_core_imports_nothing_above_it():
 
 
 def test_pipeline_config_still_exports_the_source_and_blas_names():
-    from selfspec.core import blas, sources
-    from selfspec.pipeline import config
+    from fewerpasses.core import blas, sources
+    from fewerpasses.pipeline import config
 
     for n in ("HUB_ID", "HUB_FILE", "PYPI_SOURCE", "source_dir", "source_file", "source_error", "converted_dir"):
         assert getattr(config, n) is getattr(sources, n)

@@ -7,10 +7,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from selfspec.core.fetch import FetchError, fetch, prepare
-from selfspec.measure.streams import plain_stream, timed_generation
-from selfspec.core.integrity import IntegrityError, load_gguf
-from selfspec.core.models import load
+from fewerpasses.core.fetch import FetchError, fetch, prepare
+from fewerpasses.measure.streams import plain_stream, timed_generation
+from fewerpasses.core.integrity import IntegrityError, load_gguf
+from fewerpasses.core.models import load
 from tiny_models import dequantized_copy, write_gguf, write_model_dir
 
 QUANT = {"token_embd": "Q8_0", "attn_": "Q4_1", "ffn_": "Q4_1"}

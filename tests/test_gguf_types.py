@@ -1,7 +1,7 @@
 """GGUF tensor types and architectures: Qwen2 (F32 attention biases beside quantized matrices),
 Qwen3 and llama files written as llama.cpp writes them, with every type the converter claims
 (Q8_0, Q4_0, Q4_1 read by MLX itself; Q5_0, Q5_1, Q4_K, Q5_K, Q6_K read through the gguf
-package), converted by selfspec.core.fetch.prepare and run by mlx-lm.
+package), converted by fewerpasses.core.fetch.prepare and run by mlx-lm.
 
 The reference for each file is the original model with every matrix replaced by what the
 gguf package's dequantizer reads from the file: a dequantized conversion must decode exactly
@@ -22,11 +22,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from selfspec.core import gguf as conv
-from selfspec.core.fetch import prepare
-from selfspec.core.integrity import GGML_TYPES, IntegrityError, check_gguf, gguf_tensors, load_gguf
-from selfspec.core.models import load
-from selfspec.measure.streams import plain_stream, timed_generation
+from fewerpasses.core import gguf as conv
+from fewerpasses.core.fetch import prepare
+from fewerpasses.core.integrity import GGML_TYPES, IntegrityError, check_gguf, gguf_tensors, load_gguf
+from fewerpasses.core.models import load
+from fewerpasses.measure.streams import plain_stream, timed_generation
 from tiny_models import llama_cpp_permute, write_model_dir
 
 T = gguf.GGMLQuantizationType

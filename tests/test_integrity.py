@@ -12,9 +12,9 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from selfspec.core.atomic import write_json
-from selfspec.core.guards import ALLOW_OVERSIZE, LIMIT_GB, ModelTooLargeError
-from selfspec.core.integrity import (
+from fewerpasses.core.atomic import write_json
+from fewerpasses.core.guards import ALLOW_OVERSIZE, LIMIT_GB, ModelTooLargeError
+from fewerpasses.core.integrity import (
     IntegrityError,
     check_config_json,
     check_gguf,
@@ -22,7 +22,7 @@ from selfspec.core.integrity import (
     check_safetensors,
     load_gguf,
 )
-from selfspec.core.models import load
+from fewerpasses.core.models import load
 from tiny_models import write_model_dir, write_sharded_copy
 
 REPO = Path(__file__).resolve().parent.parent
@@ -107,7 +107,7 @@ def test_missing_shard_is_named_before_mlx_loads(tmp_path, tiny):
 
 
 def test_dangling_link_and_corrupt_config_are_named(tmp_path, tiny):
-    from selfspec.core.fetch import prepare
+    from fewerpasses.core.fetch import prepare
 
     src = tmp_path / "src"
     src.mkdir()
@@ -161,7 +161,7 @@ def test_json_writer_killed_mid_write_leaves_no_partial_file(tmp_path):
     target = tmp_path / "cell.json"
     code = (
         "import sys\n"
-        "from selfspec.core.atomic import write_json\n"
+        "from fewerpasses.core.atomic import write_json\n"
         "write_json({'blob': 'x' * 400_000_000}, sys.argv[1])\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, str(target)], stderr=subprocess.PIPE, text=True)
@@ -191,7 +191,7 @@ def test_conversion_killed_mid_run_leaves_no_model(tmp_path):
     out = tmp_path / "models" / "m" / "mlx"
     code = (
         "import sys\n"
-        "from selfspec.core.fetch import prepare\n"
+        "from fewerpasses.core.fetch import prepare\n"
         "prepare('m', sys.argv[1], {'bits': 4, 'group_size': 64}, sys.argv[2], log=lambda m: print(m, file=sys.stderr))\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, str(src), str(out)], stderr=subprocess.PIPE, text=True)

@@ -3,13 +3,13 @@
 import mlx.core as mx
 import pytest
 
-from selfspec.layerskip.calibrate import select_plan
-from selfspec.measure.streams import plain_stream, timed_generation
-from selfspec.layerskip.knapsack import draft_cost_needed, frontier, point_speedup, predicted_speedup, simulate_rounds
-from selfspec.layerskip.loop import selfspec_loop
-from selfspec.core.models import model_parts
-from selfspec.layerskip.profile import LatencyModel, heldout_error, profile_model
-from selfspec.layerskip.strategies import SkipPlan, make_plan
+from fewerpasses.layerskip.calibrate import select_plan
+from fewerpasses.measure.streams import plain_stream, timed_generation
+from fewerpasses.layerskip.knapsack import draft_cost_needed, frontier, point_speedup, predicted_speedup, simulate_rounds
+from fewerpasses.layerskip.loop import layerskip_loop
+from fewerpasses.core.models import model_parts
+from fewerpasses.layerskip.profile import LatencyModel, heldout_error, profile_model
+from fewerpasses.layerskip.strategies import SkipPlan, make_plan
 from tiny_models import build_model, make_args
 
 N = 10
@@ -61,7 +61,7 @@ def test_knapsack_finds_planted_layers_and_beats_middle(planted):
     prompt = seqs[0, :12]
     acc = {}
     for name, plan in (("knapsack", SkipPlan(N, tuple(sorted(skipped)))), ("middle", middle)):
-        out = timed_generation(lambda: selfspec_loop(parts, prompt, 36, plan, 3), 12)
+        out = timed_generation(lambda: layerskip_loop(parts, prompt, 36, plan, 3), 12)
         acc[name] = out.acceptance_rate
     assert acc["knapsack"] > acc["middle"] + 0.2
 
@@ -148,7 +148,7 @@ def test_replay_predicts_the_loops_rounds(planted):
             emitted, rounds = simulate_rounds(pt["agree"], pt["confidence"], k, th)
             tokens = drafted = verifies = 0
             for b in range(seqs.shape[0]):
-                out = timed_generation(lambda: selfspec_loop(parts, seqs[b, :12], 37, plan, k, th), 12)
+                out = timed_generation(lambda: layerskip_loop(parts, seqs[b, :12], 37, plan, k, th), 12)
                 # The first token comes from the prefill, not a round.
                 tokens += len(out.tokens) - 1
                 drafted += out.drafted
@@ -158,7 +158,7 @@ def test_replay_predicts_the_loops_rounds(planted):
 
 
 def test_search_keeps_the_fastest_timed_draft_within_the_limits():
-    from selfspec.layerskip.search import select_searched
+    from fewerpasses.layerskip.search import select_searched
 
     def row(frac, k, speed, layers, same=True):
         return {
@@ -185,7 +185,7 @@ def test_search_keeps_the_fastest_timed_draft_within_the_limits():
 def test_in_context_costs_rank_a_wide_mlp_above_attention():
     """Inside a real forward, a 32x-wide MLP costs more than attention over a short context,
     and the fitted model carries that ratio into the knapsack's weights."""
-    from selfspec.layerskip.profile import passes_at_context
+    from fewerpasses.layerskip.profile import passes_at_context
 
     model = build_model(make_args("llama", layers=6, hidden=128, vocab=300, intermediate_size=4096), seed=0)
     ic = passes_at_context(model_parts(model), 16, (1, 2), repeats=30)["in_context"]
@@ -200,7 +200,7 @@ def test_in_context_costs_rank_a_wide_mlp_above_attention():
 
 
 def test_search_spreads_its_candidates_over_the_budgets():
-    from selfspec.layerskip.search import spread
+    from fewerpasses.layerskip.search import spread
 
     ranked = [{"budget": b, "predicted_speedup": 1.0 + (b % 5) / 10} for b in range(1, 21)]
     picks = spread(ranked, 4)

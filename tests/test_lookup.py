@@ -4,12 +4,12 @@ decoding on a real model), its cell and its place in the registry."""
 import mlx.core as mx
 import pytest
 
-from selfspec.core.models import load
-from selfspec.lookup.cell import candidate_from_cell, costs_of, gated, lookup_cell, policy_of
-from selfspec.lookup.technique import label as lookup_label
-from selfspec.lookup.technique import grid as lookup_grid
-from selfspec.lookup.technique import rows as lookup_rows
-from selfspec.lookup.draft import (
+from fewerpasses.core.models import load
+from fewerpasses.lookup.cell import candidate_from_cell, costs_of, gated, lookup_cell, policy_of
+from fewerpasses.lookup.technique import label as lookup_label
+from fewerpasses.lookup.technique import grid as lookup_grid
+from fewerpasses.lookup.technique import rows as lookup_rows
+from fewerpasses.lookup.draft import (
     PRIOR_KEPT,
     PRIOR_REFUSED,
     AcceptanceEstimate,
@@ -18,10 +18,10 @@ from selfspec.lookup.draft import (
     gated_length,
     next_cap,
 )
-from selfspec.lookup.loop import lookup_stream
-from selfspec.measure.costs import replayed_speedup
-from selfspec.measure.reference import reference_outputs
-from selfspec.measure.streams import plain_stream, timed_generation
+from fewerpasses.lookup.loop import lookup_stream
+from fewerpasses.measure.costs import replayed_speedup
+from fewerpasses.measure.reference import reference_outputs
+from fewerpasses.measure.streams import plain_stream, timed_generation
 from tiny_models import write_model_dir
 
 

@@ -55,7 +55,7 @@ N_ADAPTIVE = 2 * 3  # knapsack, auto and search, one cell per model each
 
 
 def cells(d):
-    return sorted((d / "results" / "selfspec").rglob("*.json"))
+    return sorted((d / "results" / "layerskip").rglob("*.json"))
 
 
 def test_every_cell_is_written_lossless_and_complete(run):
@@ -140,20 +140,20 @@ def test_tables_summary_and_plots(run):
     d, _ = run
     import pandas as pd
 
-    df = pd.read_csv(d / "results/tables/selfspec_sweep.csv")
+    df = pd.read_csv(d / "results/tables/layerskip_sweep.csv")
     assert len(df) == N_MIDDLE + N_ADAPTIVE
     assert set(df.strategy) == {"middle", "knapsack", "auto", "search"}
     assert df.draft_cost_ratio.between(0, 1.01).all()
     assert set(df.model) == {"tiny", "tiny-q4"}
     summary = (d / "results/summary.md").read_text()
     assert "lossless" in summary and "tiny-q4" in summary and "blas" in summary
-    md = (d / "results/tables/selfspec_sweep.md").read_text()
+    md = (d / "results/tables/layerskip_sweep.md").read_text()
     assert md.count("\n") == len(df) + 2
     from PIL import Image
 
     for name in (
-        "selfspec_heatmap.png",
-        "selfspec_vs_skip.png",
+        "layerskip_heatmap.png",
+        "layerskip_vs_skip.png",
         "acceptance_vs_cost.png",
         "sublayer_map.png",
         "predicted_vs_measured.png",
@@ -183,7 +183,7 @@ def test_logs_and_benchmarks_mirror_the_outputs(run):
         "calibration/tiny",
         "search/tiny",
         "tables/aggregate",
-        "plots/plot_selfspec",
+        "plots/plot_layerskip",
         "plots/plot_adaptive",
         "plots/profile_tiny",
         "bench/engine",
@@ -193,11 +193,11 @@ def test_logs_and_benchmarks_mirror_the_outputs(run):
 
 
 REPORTED = [
-    "results/tables/selfspec_sweep.csv",
-    "results/tables/selfspec_sweep.md",
+    "results/tables/layerskip_sweep.csv",
+    "results/tables/layerskip_sweep.md",
     "results/summary.md",
-    "results/plots/selfspec_heatmap.png",
-    "results/plots/selfspec_vs_skip.png",
+    "results/plots/layerskip_heatmap.png",
+    "results/plots/layerskip_vs_skip.png",
     "results/plots/acceptance_vs_cost.png",
     "results/plots/sublayer_map.png",
     "results/plots/predicted_vs_measured.png",
@@ -232,9 +232,9 @@ def test_report_is_one_self_contained_file(run):
 def test_bench_reports_ratios(run):
     d, _ = run
     b = json.loads((d / "results/bench/engine.json").read_text())
-    assert b["plain_vs_mlx_lm"] > 0 and b["selfspec_vs_mlx_lm"] > 0
-    assert b["plain"]["identical_tokens"] and b["selfspec"]["identical_tokens"]
-    assert b["selfspec_fixed"]["identical_tokens"] and b["ours_fixed_vs_mlx_lm_spec"] > 0
+    assert b["plain_vs_mlx_lm"] > 0 and b["layerskip_vs_mlx_lm"] > 0
+    assert b["plain"]["identical_tokens"] and b["layerskip"]["identical_tokens"]
+    assert b["layerskip_fixed"]["identical_tokens"] and b["ours_fixed_vs_mlx_lm_spec"] > 0
     assert b["draft_threshold"] == 0.6 and 0 <= b["acceptance"]["ours"] <= 1
     assert b["best_adaptive_speedup"] > 0 and b["adaptive_over_best_middle"] > 0
 
@@ -257,7 +257,7 @@ def test_search_times_frontier_drafts(run):
         assert len(s["measured"]) == 2 + 2
         assert all(r["identical_to_plain"] for r in s["measured"])
         assert {r["num_draft"] for r in s["measured"]} >= {1, 2, 3}
-        cell = json.loads((d / f"results/selfspec/{model}/search/skip0.5_draft3_ours.json").read_text())
+        cell = json.loads((d / f"results/layerskip/{model}/search/skip0.5_draft3_ours.json").read_text())
         fits = [r for r in s["measured"] if r["budget_fraction"] <= 0.5 and r["num_draft"] <= 3]
         if cell["fallback"]:
             assert not fits
@@ -280,7 +280,7 @@ def test_new_grid_value_schedules_only_new_cells(run):
     grown["layerskip"]["draft_lengths"] = DRAFTS + [4]
     write_config(d, grown, "grown.yaml")
     jobs = planned_jobs(d, config="config/grown.yaml")
-    assert jobs == {"selfspec_cell": 2 * len(SKIPS), "aggregate": 1, "plot_selfspec": 1, "plot_adaptive": 1, "all": 1}
+    assert jobs == {"layerskip_cell": 2 * len(SKIPS), "aggregate": 1, "plot_layerskip": 1, "plot_adaptive": 1, "all": 1}
 
 
 def test_auto_margin_reruns_only_auto_cells(run):
@@ -289,15 +289,15 @@ def test_auto_margin_reruns_only_auto_cells(run):
     changed["layerskip"]["auto_margin"] = 0.2
     write_config(d, changed, "margin.yaml")
     jobs = planned_jobs(d, config="config/margin.yaml")
-    assert jobs == {"selfspec_cell": 2, "aggregate": 1, "plot_selfspec": 1, "plot_adaptive": 1, "all": 1}
+    assert jobs == {"layerskip_cell": 2, "aggregate": 1, "plot_layerskip": 1, "plot_adaptive": 1, "all": 1}
 
 
 def test_editing_a_plot_script_reruns_plots_only(run):
     d, _ = run
-    script = d / "scripts" / "plot_selfspec.py"
+    script = d / "scripts" / "plot_layerskip.py"
     script.write_text(script.read_text() + "\n# edited\n")
     try:
-        assert planned_jobs(d) == {"plot_selfspec": 1, "all": 1}
+        assert planned_jobs(d) == {"plot_layerskip": 1, "all": 1}
     finally:
         snakemake(d, "--cores", "1", "--touch")
 
@@ -316,10 +316,10 @@ def test_changing_one_model_reruns_only_that_model(run):
         "calibrate_model": 1,
         "search_model": 1,
         "plot_profile": 1,
-        "selfspec_cell": n,
+        "layerskip_cell": n,
         "noise_floor": 1,
         "aggregate": 1,
-        "plot_selfspec": 1,
+        "plot_layerskip": 1,
         "plot_adaptive": 1,
         "all": 1,
     }
@@ -329,16 +329,16 @@ def test_study_plans_the_earlier_study_cells(tmp_path):
     copy_workflow(tmp_path)
     jobs = plan(tmp_path, config="config/study.yaml")["jobs"]
     outputs = sorted(o for j in jobs for o in j["output"])
-    selfspec = [o for o in outputs if o.startswith("results/selfspec/")]
-    middle = [o for o in selfspec if "/middle/" in o]
+    layerskip_cells = [o for o in outputs if o.startswith("results/layerskip/")]
+    middle = [o for o in layerskip_cells if "/middle/" in o]
     expected = sorted(
-        f"results/selfspec/{m}/middle/skip{f}_draft{k}.json"
+        f"results/layerskip/{m}/middle/skip{f}_draft{k}.json"
         for m in ("qwen3-4b-4bit", "llama3.1-8b-4bit")
         for f in ("0.1", "0.2", "0.3", "0.5")
         for k in (2, 3, 5)
     )
     assert middle == expected  # the earlier study's 24 cells, on mlx-lm's loop
-    adaptive = [o for o in selfspec if "/middle/" not in o]
+    adaptive = [o for o in layerskip_cells if "/middle/" not in o]
     assert any("/knapsack/" in o for o in adaptive) and any("/auto/" in o for o in adaptive)
     # LLaDA2.0-mini against both autoregressive targets, block 32, thresholds 0.95 and 0.9,
     # with its own quality at each setting; it is no self-speculation model.
@@ -349,12 +349,12 @@ def test_study_plans_the_earlier_study_cells(tmp_path):
         for t in ("0.95", "0.9")
     )
     assert "results/quality/llada2-mini-4bit/general_21/block32_thr0.9.json" in outputs
-    assert not any(o.startswith("results/selfspec/llada2-mini-4bit") for o in outputs)
+    assert not any(o.startswith("results/layerskip/llada2-mini-4bit") for o in outputs)
     # Prompt lookup on both targets (and its loop without drafts), and two-model speculation on
     # its one pair.
     assert [o for o in outputs if o.startswith("results/lookup/")] == sorted(
         f"results/lookup/{m}/ngram4_draft{k}.json" for m in ("qwen3-4b-4bit", "llama3.1-8b-4bit") for k in (0, 8)
     )
-    assert [o for o in outputs if o.startswith("results/specdec/")] == sorted(
-        f"results/specdec/llama3.1-8b-4bit/llama3.2-1b-4bit/draft{k}.json" for k in (1, 2, 3, 4, 6)
+    assert [o for o in outputs if o.startswith("results/twomodel/")] == sorted(
+        f"results/twomodel/llama3.1-8b-4bit/llama3.2-1b-4bit/draft{k}.json" for k in (1, 2, 3, 4, 6)
     )

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from selfspec.report.plots import _break_even
+from fewerpasses.report.plots import _break_even
 
 
 def test_break_even_with_flat_verify_is_the_draft_cost_for_one_draft():

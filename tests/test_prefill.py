@@ -1,19 +1,19 @@
 """Prefill once per prompt and model: every stream decoding from a copy of the prefilled cache
 gives the tokens it gives from a fresh cache, the stored cache is never written, and the
-protocol reports the prefill apart from each run's own time."""
+run reports the prefill apart from its own time (the protocol's sharing of it between the
+two sides of a pair is in test_protocol.py)."""
 
 import mlx.core as mx
 import pytest
 
-from selfspec.core.prefill import PromptCaches, unprocessed
-from selfspec.layerskip.forward import LayerSkipDraft
-from selfspec.layerskip.loop import plain_loop, selfspec_loop
-from selfspec.layerskip.strategies import make_plan
-from selfspec.lookup.draft import DraftPolicy
-from selfspec.lookup.loop import lookup_stream
-from selfspec.core.models import model_parts
-from selfspec.measure.protocol import paired_runs, summarize
-from selfspec.measure.streams import mlx_lm_selfspec_stream, plain_stream, timed_generation
+from fewerpasses.core.prefill import PromptCaches, unprocessed
+from fewerpasses.layerskip.forward import LayerSkipDraft
+from fewerpasses.layerskip.loop import plain_loop, layerskip_loop
+from fewerpasses.layerskip.strategies import make_plan
+from fewerpasses.lookup.draft import DraftPolicy
+from fewerpasses.lookup.loop import lookup_stream
+from fewerpasses.core.models import model_parts
+from fewerpasses.measure.streams import mlx_lm_layerskip_stream, plain_stream, timed_generation
 from tiny_models import build_model, make_args
 
 MAX = 30
@@ -37,8 +37,8 @@ def streams(model):
     return {
         "plain": lambda p, c=None: plain_stream(model, p, MAX, c),
         "plain_loop": lambda p, c=None: plain_loop(parts, p, MAX, caches=c),
-        "selfspec_loop": lambda p, c=None: selfspec_loop(parts, p, MAX, plan, 3, caches=c),
-        "mlx_lm_spec": lambda p, c=None: mlx_lm_selfspec_stream(model, draft, p, MAX, 3, c),
+        "layerskip_loop": lambda p, c=None: layerskip_loop(parts, p, MAX, plan, 3, caches=c),
+        "mlx_lm_spec": lambda p, c=None: mlx_lm_layerskip_stream(model, draft, p, MAX, 3, c),
         "lookup": lambda p, c=None: lookup_stream(model, p, MAX, policy, c),
     }
 
@@ -76,20 +76,8 @@ def test_unprocessed_refuses_a_cache_holding_the_whole_prompt(model, prompt):
         unprocessed(prompt[:4], cache)
 
 
-def test_paired_runs_share_the_prefill_between_sides(model, prompt):
-    s = streams(model)
-    prompts = [{"id": "a", "tokens": prompt.tolist()}, {"id": "b", "tokens": prompt[:31].tolist()}]
-    records = paired_runs(prompts, s["plain"], s["lookup"], [], repeats=2, log=lambda _: None)
-    for r in records:
-        # The same model over the same tokens: one prefill, reported on both sides.
-        assert r["baseline"].prefill_seconds == r["candidate"].prefill_seconds > 0
-        assert r["baseline"].tokens == r["candidate"].tokens
-    summary = summarize(records, {r["prompt_id"]: r["baseline"].tokens for r in records})
-    assert summary.lossless and summary.per_prompt[0]["runs"][0]["baseline"]["prefill_seconds"] > 0
-
-
 def test_prompts_with_a_common_opening_share_its_prefill(model, prompt):
-    from selfspec.core.prefill import common_prefix, shared_prefix
+    from fewerpasses.core.prefill import common_prefix, shared_prefix
 
     doc = prompt[:40]
     arrays = {

@@ -20,7 +20,7 @@ def lint_titles(out: str):
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["config/config.yaml", "config/study.yaml"])
 def test_lint_is_clean(tmp_path, config):
-    from selfspec.pipeline.config import timing_blas
+    from fewerpasses.pipeline.config import timing_blas
 
     copy_workflow(tmp_path)
     proc = snakemake(tmp_path, "--lint", config=config, check=False)
@@ -41,8 +41,8 @@ MIRRORED = {
     "profile_model",
     "calibrate_model",
     "search_model",
-    "selfspec_cell",
-    "specdec_cell",
+    "layerskip_cell",
+    "twomodel_cell",
     "lookup_cell",
     "noise_floor",
     "quality_score",
@@ -62,7 +62,7 @@ def test_every_job_logs_and_benchmarks_under_its_own_tree(tmp_path):
     assert {
         "fetch_model",
         "quantize_model",
-        "specdec_cell",
+        "twomodel_cell",
         "lookup_cell",
         "noise_floor",
         "quality_score",
@@ -101,7 +101,7 @@ def render(caption: Path, config: dict, workdir: Path) -> str:
     from jinja2 import Environment
 
     summary = workdir / "summary.md"
-    summary.write_text("# Self-speculative decoding sweep\n")
+    summary.write_text("# Layer-skipping sweep\n")
     snake = SimpleNamespace(
         config=config,
         wildcards=SimpleNamespace(model="some-model", question_set="general_21", block="32", threshold="0.9"),
@@ -139,12 +139,12 @@ def test_every_table_and_figure_is_in_the_report():
 def test_conda_env_mirrors_pyproject():
     tomllib = pytest.importorskip("tomllib") if sys.version_info >= (3, 11) else pytest.importorskip("tomli")
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    env = yaml.safe_load((REPO / "envs/selfspec.yaml").read_text())
+    env = yaml.safe_load((REPO / "envs/fewerpasses.yaml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert pip[:-1] == deps and pip[-1] == "-e .."
     # Every rule declares it.
     for smk in (REPO / "rules").glob("*.smk"):
         t = smk.read_text()
-        assert t.count("\nrule ") - t.count("\nrule bench:\n") == t.count('conda:\n        "../envs/selfspec.yaml"'), (
+        assert t.count("\nrule ") - t.count("\nrule bench:\n") == t.count('conda:\n        "../envs/fewerpasses.yaml"'), (
             smk
         )

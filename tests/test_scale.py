@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from selfspec.report.tables import DRIFT_BOUND, MAX_LISTED, plain_drift, summary_markdown, sweep_table, write_sweep
+from fewerpasses.report.tables import DRIFT_BOUND, MAX_LISTED, plain_drift, summary_markdown, sweep_table, write_sweep
 from workflow import REPO, copy_workflow, planned_jobs, write_config
 
 PROMPTS = ["parse_args", "lru_class", "read_config", "loop_dict"]
@@ -16,7 +16,7 @@ PROMPTS = ["parse_args", "lru_class", "read_config", "loop_dict"]
 def synth_cell(
     model, strategy, engine, skip, draft, *, baseline_tps, started_at, speedup=0.8, diverge_at=None, n_layers=12
 ):
-    """A cell JSON with every field the report reads, as selfspec/cell.py writes them."""
+    """A cell JSON with every field the report reads, as fewerpasses/cell.py writes them."""
     n_skip = max(1, round(n_layers * skip))
     first = (n_layers - n_skip) // 2
     skipped = list(range(first, first + n_skip))
@@ -176,7 +176,7 @@ def test_thousand_cells_aggregate_in_seconds(tmp_path):
                     )
                     p = (
                         tmp_path
-                        / "selfspec"
+                        / "layerskip"
                         / m
                         / "middle"
                         / f"skip{s:g}_draft{k}{'' if e == 'mlx_lm' else '_ours'}.json"
@@ -194,7 +194,7 @@ def test_thousand_cells_aggregate_in_seconds(tmp_path):
     out = tmp_path / "out"
     # Timed apart: the one-time import behind the profile's cost model (mlx-lm, seconds cold).
     t0 = time.perf_counter()
-    import selfspec.layerskip.profile  # noqa: F401
+    import fewerpasses.layerskip.profile  # noqa: F401
 
     print(f"import of the cost model: {time.perf_counter() - t0:.2f} s")
     t0 = time.perf_counter()
@@ -227,6 +227,6 @@ def test_thousand_cell_grid_dry_run_is_fast(tmp_path):
     jobs = planned_jobs(tmp_path)
     seconds = time.perf_counter() - t0
     print(f"dry run of a 1000-cell grid: {seconds:.1f} s, {sum(jobs.values())} jobs")
-    assert jobs["selfspec_cell"] == 1000
+    assert jobs["layerskip_cell"] == 1000
     assert jobs["reference_outputs"] == len(MODELS) and jobs["aggregate"] == 1
     assert seconds < 300  # a sanity bound

@@ -47,7 +47,7 @@ def declared(tmp_path_factory):
 def test_every_timing_rule_gets_a_node_to_itself(declared):
     """A rule declaring the `timing` resource (rules/common.smk's TIMING) also asks SLURM for a
     node of its own, and the profile does not override that."""
-    from selfspec.techniques import REGISTRY
+    from fewerpasses.techniques import REGISTRY
 
     timing = {name for name, res in declared.items() if "timing" in res}
     # Every technique's cell rule is timed, and so are the other rules whose numbers are timings.
@@ -72,7 +72,7 @@ CFG = {
     "profile": {"contexts": [16, 64, 256], "repeats": 3, "models": ["tiny"]},
 }
 # The jobs that go to SLURM; fetching, aggregation and plots are local rules.
-SUBMITTED = {"quantize_model": 1, "reference_outputs": 1, "profile_model": 1, "selfspec_cell": 2, "noise_floor": 1}
+SUBMITTED = {"quantize_model": 1, "reference_outputs": 1, "profile_model": 1, "layerskip_cell": 2, "noise_floor": 1}
 
 
 def setup(d, src):
@@ -115,7 +115,7 @@ def outputs(d):
 
 
 def cells(d):
-    return sorted((d / "results" / "selfspec").rglob("*.json"))
+    return sorted((d / "results" / "layerskip").rglob("*.json"))
 
 
 @pytest.mark.slow

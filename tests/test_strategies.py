@@ -1,6 +1,6 @@
 import pytest
 
-from selfspec.layerskip.strategies import SkipError, SkipPlan, make_plan, middle_skip
+from fewerpasses.layerskip.strategies import SkipError, SkipPlan, make_plan, middle_skip
 
 # The seeds' indices, worked out by hand: n_skip = max(1, round(n*f)), start = (n - n_skip) // 2.
 SEEDS = {

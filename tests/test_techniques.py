@@ -2,10 +2,10 @@
 
 import pytest
 
-from selfspec.measure.reference import reference_outputs
-from selfspec.twomodel.cell import specdec_cell
-from selfspec.measure.questions import is_correct, load_questions, score_answers
-from selfspec.report.techniques import compare
+from fewerpasses.measure.reference import reference_outputs
+from fewerpasses.twomodel.cell import twomodel_cell
+from fewerpasses.measure.questions import is_correct, load_questions, score_answers
+from fewerpasses.report.techniques import compare
 from tiny_models import write_model_dir, write_tokenizer
 
 
@@ -53,7 +53,7 @@ def pair(tmp_path_factory, repo):
 
 def test_two_model_cell_is_lossless_and_counts_the_draft_memory(pair):
     target, draft, prompts, ref = pair
-    cell = specdec_cell(
+    cell = twomodel_cell(
         target, draft, ref, prompts, model_name="target", draft_name="draft", num_draft=2, max_tokens=16, repeats=1
     )
     assert cell["lossless"] and cell["technique"] == "twomodel"
@@ -69,7 +69,7 @@ def test_tokenizer_mismatch_is_an_error(pair, tmp_path):
     other = write_model_dir(tmp_path / "other", "llama", layers=2, seed=2)
     write_tokenizer(other, vocab_size=280)  # a different vocabulary
     with pytest.raises(ValueError, match="do not share a tokenizer vocabulary"):
-        specdec_cell(
+        twomodel_cell(
             target, other, ref, prompts, model_name="target", draft_name="other", num_draft=2, max_tokens=16, repeats=1
         )
 
@@ -100,7 +100,7 @@ def _cell(model, speedup, lossless=True, **kw):
 
 
 def test_comparison_has_one_row_per_technique_and_configuration():
-    selfspec = [_cell("m", 0.8), _cell("m", 1.1, skip_fraction=0.1, num_draft=3)]
+    layerskip = [_cell("m", 0.8), _cell("m", 1.1, skip_fraction=0.1, num_draft=3)]
     two = {"technique": "twomodel", "draft_model": "d", "draft_source": {"kind": "model", "name": "d"}}
     spec = [
         _cell("m", 1.2, extra_weight_gb=0.5, num_draft=2, **two),
@@ -109,7 +109,7 @@ def test_comparison_has_one_row_per_technique_and_configuration():
     # The plain row is the A/A run: plain against plain, its interval the noise floor.
     aa = _cell("m", 1.01, technique="plain", acceptance_rate=None, tokens_per_pass=1.0)
     rows = compare(
-        selfspec + spec,
+        layerskip + spec,
         {"m": {"score": 0.6}},
         earlier_study={
             "layerskip": {"strategy": "middle", "skip_fraction": 0.2, "num_draft": 2},
@@ -120,10 +120,10 @@ def test_comparison_has_one_row_per_technique_and_configuration():
     techniques = [r["technique"] for r in rows]
     assert techniques == [
         "plain",
-        "self-spec (best)",
-        "self-spec (seeds' config)",
+        "layer skipping (best)",
+        "layer skipping (earlier study)",
         "two-model (best)",
-        "two-model (seeds' config)",
+        "two-model (earlier study)",
     ]
     assert rows[0]["speedup"] == 1.01 and rows[0]["speedup_ci_low"] < 1.0 < rows[0]["speedup_ci_high"]
     assert rows[0]["tokens_per_pass"] == 1.0 and rows[0]["acceptance_rate"] is None
@@ -135,13 +135,13 @@ def test_comparison_has_one_row_per_technique_and_configuration():
     # With one, each row carries its own score: equal tokens, or answers that differ.
     check = {
         "rows": [
-            {"technique": "self-spec (best)", "tokens_equal_plain": True, "score": 0.6, "questions_differing": []},
+            {"technique": "layer skipping (best)", "tokens_equal_plain": True, "score": 0.6, "questions_differing": []},
             {"technique": "two-model (best)", "tokens_equal_plain": False, "score": 0.5, "questions_differing": ["q1"]},
         ]
     }
-    rows = compare(selfspec + spec, {"m": {"score": 0.6}}, noise={"m": aa}, checks={"m": check})
+    rows = compare(layerskip + spec, {"m": {"score": 0.6}}, noise={"m": aa}, checks={"m": check})
     by = {r["technique"]: r for r in rows}
-    assert by["self-spec (best)"]["quality_basis"] == "own answers (= plain's tokens)"
+    assert by["layer skipping (best)"]["quality_basis"] == "own answers (= plain's tokens)"
     assert by["two-model (best)"]["quality"] == 0.5
     assert by["two-model (best)"]["quality_basis"] == "own answers (differ from plain on 1 questions)"
     # A technique that is not lossless gets no borrowed quality.
@@ -150,12 +150,12 @@ def test_comparison_has_one_row_per_technique_and_configuration():
 
 
 def test_no_second_row_when_the_best_is_the_earlier_studys_configuration():
-    from selfspec.twomodel.technique import rows as twomodel_rows
+    from fewerpasses.twomodel.technique import rows as twomodel_rows
 
     two = dict(technique="twomodel", draft_model="d", draft_source={"kind": "model", "name": "d"})
     cells = [_cell("m", 1.2, num_draft=2, **two), _cell("m", 0.9, num_draft=4, **two)]
     assert [r[0] for r in twomodel_rows("m", cells, {"num_draft": 2})] == ["two-model (best)"]
     assert [r[0] for r in twomodel_rows("m", cells, {"num_draft": 4})] == [
         "two-model (best)",
-        "two-model (seeds' config)",
+        "two-model (earlier study)",
     ]

@@ -213,11 +213,11 @@ def write_sharded_copy(src: Path, out: Path) -> Path:
 
 
 def write_diffusion_adapter(base_dir: Path, out: Path, seed: int = 0, lora_scale: float = 0.05, rank: int = 4) -> Path:
-    """A random diffusion adapter (selfspec/diffusion/adapted.py) over the model at base_dir:
+    """A random diffusion adapter (fewerpasses/diffusion/adapted.py) over the model at base_dir:
     LoRA on every projection with nonzero B, a random mask embedding, mask id = last token."""
     from mlx_lm import load
 
-    from selfspec.diffusion import adapted
+    from fewerpasses.diffusion import adapted
 
     base, tok = load(str(base_dir))
     config = adapted.lora_config(rank, 1.0, len(base.layers))

@@ -52,7 +52,7 @@ write_conf() {
     install -d /etc/slurm "$LOGDIR" "$STATE/slurmctld" "$STATE/slurmd"
     cat >"$CONF.new" <<EOF
 # Written by tools/slurm_cluster.sh: one node, one default partition.
-ClusterName=selfspec
+ClusterName=fewerpasses
 SlurmctldHost=$HOST
 SlurmUser=root
 AuthType=auth/munge

@@ -1,0 +1,108 @@
+"""Guards every job applies: a model must fit in memory before it is loaded, and (when the
+config asks) a cell that is not lossless is refused.
+
+Jobs read their settings from the environment; `rules/common.smk` exports them from the
+config (`memory_guard`, `generation.require_lossless`) at parse time, as it does the BLAS
+preload, so changing them never reruns a finished job. They can be set by hand too:
+
+  FEWERPASSES_MEMORY_HEADROOM   weights × this must fit in available memory (default 1.2)
+  FEWERPASSES_MEMORY_LIMIT_GB   the memory to assume available instead of measuring it
+  FEWERPASSES_ALLOW_OVERSIZE    1: only warn when a model does not fit, and load it anyway
+  FEWERPASSES_REQUIRE_LOSSLESS  1: a cell whose tokens diverge from the reference fails
+"""
+
+import os
+import platform
+import subprocess
+import sys
+from typing import Dict, Optional, Tuple
+
+HEADROOM = "FEWERPASSES_MEMORY_HEADROOM"
+LIMIT_GB = "FEWERPASSES_MEMORY_LIMIT_GB"
+ALLOW_OVERSIZE = "FEWERPASSES_ALLOW_OVERSIZE"
+REQUIRE_LOSSLESS = "FEWERPASSES_REQUIRE_LOSSLESS"
+DEFAULT_HEADROOM = 1.2
+
+
+class ModelTooLargeError(MemoryError):
+    pass
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+def available_memory() -> Tuple[Optional[int], str]:
+    """(bytes a new allocation can get without swapping, where that figure came from);
+    (None, why) when it cannot be told."""
+    if os.environ.get(LIMIT_GB):
+        return int(float(os.environ[LIMIT_GB]) * 1e9), f"{LIMIT_GB}"
+    system = platform.system()
+    if system == "Linux":
+        try:
+            with open("/proc/meminfo") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
+        except OSError:
+            pass
+    try:
+        import psutil  # optional: not a dependency
+
+        return int(psutil.virtual_memory().available), "psutil available memory"
+    except ImportError:
+        pass
+    if system == "Darwin":
+        try:
+            out = subprocess.run(["sysctl", "-n", "hw.memsize"], capture_output=True, text=True, check=True)
+            # Unified memory: the total is an upper bound of what MLX can use.
+            return int(out.stdout.strip()), "hw.memsize (total memory; install psutil for available)"
+        except (OSError, ValueError, subprocess.CalledProcessError):
+            pass
+    return None, "unknown"
+
+
+def check_fits(what: str, weight_bytes: int) -> Dict:
+    """Refuse, before loading, a model whose weights × headroom exceed available memory."""
+    headroom = float(os.environ.get(HEADROOM) or DEFAULT_HEADROOM)
+    need = int(weight_bytes * headroom)
+    avail, source = available_memory()
+    info = {
+        "weight_bytes": weight_bytes,
+        "headroom": headroom,
+        "need_bytes": need,
+        "available_bytes": avail,
+        "available_from": source,
+    }
+    if avail is None or need <= avail:
+        return info
+    msg = (
+        f"{what} does not fit in memory: its weights are {weight_bytes / 1e9:.3g} GB, × headroom {headroom:g} "
+        f"= {need / 1e9:.3g} GB, but {avail / 1e9:.3g} GB is available ({source}). Close other programs, use a "
+        f"smaller or quantized model, or load it anyway with `memory_guard: {{allow_oversize: true}}` in the "
+        f"config (or {ALLOW_OVERSIZE}=1)."
+    )
+    if _flag(ALLOW_OVERSIZE):
+        print(f"WARNING: {msg} Loading anyway (allow_oversize).", file=sys.stderr, flush=True)
+        return info
+    raise ModelTooLargeError(msg)
+
+
+def require_lossless() -> bool:
+    return _flag(REQUIRE_LOSSLESS)
+
+
+def guard_environment(config: Dict) -> Dict[str, str]:
+    """The environment variables that carry the config's guard settings to every job.
+    Keys the config does not set are left to the environment."""
+    env = {}
+    guard = config.get("memory_guard") or {}
+    if "headroom" in guard:
+        env[HEADROOM] = str(guard["headroom"])
+    if guard.get("limit_gb") is not None:
+        env[LIMIT_GB] = str(guard["limit_gb"])
+    if "allow_oversize" in guard:
+        env[ALLOW_OVERSIZE] = "1" if guard["allow_oversize"] else "0"
+    if "require_lossless" in config.get("generation", {}):
+        env[REQUIRE_LOSSLESS] = "1" if config["generation"]["require_lossless"] else "0"
+    return env

@@ -1,0 +1,102 @@
+"""A prompt-lookup cell: plain decoding against prompt-lookup decoding of the same model, for
+one (max n-gram, draft length), every token checked against the reference."""
+
+import statistics
+from dataclasses import replace
+from typing import Dict, Tuple
+
+from ..measure.cell import Candidate, run_cell
+from ..measure.costs import DecodeCosts, decode_costs, replayed_speedup
+from .draft import DraftPolicy
+from .loop import lookup_stream
+
+
+def policy_of(cell: Dict) -> DraftPolicy:
+    """The drafting policy a finished cell ran, gated by its recorded costs where it had the gate."""
+    policy = DraftPolicy(cell["num_draft"], cell["max_ngram"], cell["min_ngram"], cell.get("adaptive", False))
+    return gated(policy, costs_of(cell["verify_costs"])) if cell.get("cost_gate") else policy
+
+
+def costs_of(entry: Dict) -> DecodeCosts:
+    """A cell's `verify_costs` entry as measured; cells written before the plain token was
+    measured price a plain step at one synchronous pass, as their gate did."""
+    verify = {int(k): v for k, v in entry["seconds"].items()}
+    return DecodeCosts(verify, entry.get("plain_token_seconds", verify[1]))
+
+
+def gated(policy: DraftPolicy, costs: DecodeCosts) -> DraftPolicy:
+    """The policy with the cost gate: index k of the curve is a pass verifying k drafts, in
+    tokens of plain decoding, and leaving the pipeline costs `restart_cost` of them."""
+    unit = costs.plain_token
+    curve: Tuple[float, ...] = tuple(costs.verify[k + 1] / unit for k in range(policy.num_draft + 1))
+    return replace(policy, verify_cost=curve, restart_cost=costs.restart / unit)
+
+
+def lookup_cell(
+    model_path,
+    reference: Dict,
+    prompt_set_path,
+    *,
+    model_name: str,
+    num_draft: int,
+    max_ngram: int,
+    min_ngram: int,
+    adaptive: bool,
+    max_tokens: int,
+    repeats: int,
+    warmup: int,
+    cost_gate: bool = False,
+    cost_repeats: int = 5,
+) -> Dict:
+    """Run one prompt-lookup cell and return its JSON (measure.results), with the verify costs
+    it measured (`verify_costs`) and the speedup its rounds predict at them (`replayed_speedup`)."""
+    policy = DraftPolicy(num_draft=num_draft, max_ngram=max_ngram, min_ngram=min_ngram, adaptive=adaptive)
+    settings = {
+        "technique": "lookup",
+        "target": model_name,
+        "draft_source": {"kind": "context", "name": "-"},
+        "engine": "ours",
+        "num_draft": num_draft,
+        "max_ngram": max_ngram,
+        "min_ngram": min_ngram,
+        "adaptive": adaptive,
+        "cost_gate": cost_gate,
+        "max_tokens": max_tokens,
+        "repeats": repeats,
+        "warmup": warmup,
+    }
+    # The verify curve (one forward of 1..num_draft + 1 tokens) and plain decoding's pipelined
+    # token time at the prompts' median context, measured before the timed runs: the cost gate
+    # drafts against them, and the rounds are replayed at them afterwards (why it won or lost).
+    context = statistics.median_low(o["prompt_tokens"] for o in reference["outputs"])
+    state = {}
+
+    def build(model, tokenizer):
+        costs = decode_costs(model, [0] * context, range(1, num_draft + 2), cost_repeats)
+        state["costs"] = costs
+        run = gated(policy, costs) if cost_gate else policy
+        return Candidate(
+            lambda prompt, caches=None: lookup_stream(model, prompt, max_tokens, run, caches),
+            {"extra_weight_gb": 0.0},
+        )
+
+    result = run_cell(model_path, reference, prompt_set_path, settings, build)
+    costs = state["costs"]
+    result["verify_costs"] = {
+        "context": context,
+        "seconds": {str(k): v for k, v in costs.verify.items()},
+        "plain_token_seconds": costs.plain_token,
+    }
+    # The speedup its rounds predict at those costs, plain decoding priced at its measured speed
+    # and every drafting round charged for leaving the pipeline (an upper bound on that cost:
+    # consecutive drafting rounds leave it once).
+    result["replayed_speedup"] = replayed_speedup(
+        result["rounds"], costs.verify, 1.0 / result["baseline_tps"], costs.restart
+    )
+    return result
+
+
+def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
+    """The candidate a finished cell ran, as `prompt -> TokenStream`, for other prompts."""
+    policy = policy_of(cell)
+    return lambda prompt, caches=None: lookup_stream(model, prompt, max_tokens, policy, caches)

@@ -1,0 +1,145 @@
+"""Prompt-lookup decoding over one KV cache, greedy and lossless.
+
+Each round proposes the n-gram draft (draft.py) and verifies [last token + drafts] with the
+full model in one pass, keeping the agreeing prefix and trimming the rest from the cache.
+Rounds without a match decode as mlx-lm's `generate_step` does, with the next step queued
+before the current token is read. While a step is queued its token is unknown, so whether a
+draft may follow is looked up one token early (the n-gram before it); only then is the token
+read before the next pass, and the draft taken from the exact context. How many tokens a
+round drafts (the adaptive cap, the cost gate) is the policy's: `DraftPolicy` in draft.py.
+With an adaptive policy the loop adds one rule of its own, a backoff: single-token drafts
+refused in a row pause drafting for 2, 4, 8, then 16 tokens.
+"""
+
+import time
+from typing import List, Optional
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+
+from ..core.prefill import PromptCaches, caches_of, prefill
+from .draft import FIRST_DRAFT, AcceptanceEstimate, DraftPolicy, NgramIndex, gated_length, next_cap
+
+
+class LookupStream:
+    """One greedy generation as a `TokenStream` (fewerpasses.measure.streams); after it ends,
+    `draft_seconds` is the host time spent finding drafts (index updates included)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        prompt: mx.array,
+        max_tokens: int,
+        policy: DraftPolicy,
+        prefill_step_size: int = 2048,
+        caches: Optional[PromptCaches] = None,
+    ):
+        self.model, self.prompt, self.max_tokens, self.policy = model, prompt, max_tokens, policy
+        self.prefill_step_size, self.caches = prefill_step_size, caches
+        self.draft_seconds = 0.0
+
+    def __iter__(self):
+        return self._run()
+
+    def _timed(self, fn, *args):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        self.draft_seconds += time.perf_counter() - t0
+        return out
+
+    def _run(self):
+        model, policy, max_tokens = self.model, self.policy, self.max_tokens
+        cache = caches_of(self.caches, [model]) or make_prompt_cache(model)
+        if not can_trim_prompt_cache(cache):
+            raise ValueError("prompt lookup needs a trimmable KV cache; this model's cache cannot be trimmed")
+        prefill(model, self.prompt, cache, self.prefill_step_size)
+        y = self.prompt[cache[0].offset :]
+        index = self._timed(NgramIndex, self.prompt.tolist(), policy)
+
+        def step(y):
+            return mx.argmax(model(y[None], cache=cache)[0, -1], axis=-1, keepdims=True).astype(mx.uint32)
+
+        def verify(y, drafts: List[int]):
+            inputs = mx.concatenate([y, mx.array(drafts, dtype=mx.uint32)])
+            return mx.argmax(model(inputs[None], cache=cache)[0], axis=-1)
+
+        y = step(y)
+        mx.async_eval(y)
+        known = False  # whether y's value has been read (and emitted); y is never yet in the cache
+        gate = policy.verify_cost is not None
+        # The most drafted next round: with an adaptive policy (and no gate) it follows recent
+        # acceptance, starting short (a first draft is a guess the answer has not confirmed yet).
+        adaptive = policy.adaptive and not gate
+        cap = min(policy.num_draft, FIRST_DRAFT) if adaptive else policy.num_draft
+        # Backoff: after single-token drafts refused in a row, no draft for 2, 4, .. 16 tokens.
+        refusals, quiet_until = 0, 0
+        # The cost gate: recent acceptance against the measured verify curve.
+        accept = AcceptanceEstimate()
+        n = 0
+        while n < max_tokens:
+            # Tokens still allowed after y (if unread) or after the last emitted one.
+            left = max_tokens - n - (0 if known else 1)
+            limit = min(cap, left - 1) if n >= quiet_until else 0
+            if limit > 0 and gate:
+                # A known y means no step is queued: the pipeline is already left.
+                overhead = 0.0 if known else policy.restart_cost
+                limit = gated_length(limit, accept.rate, policy.verify_cost, overhead)
+            if not known:
+                # A step is queued: the n-gram before y tells, without waiting, whether a draft
+                # may follow y. If none can, queue the next step and read y, as plain decoding
+                # does; if one can, read y first and draft from the exact context.
+                if limit <= 0 or len(self._timed(index.continuation, 2)) < 2:
+                    nxt = step(y) if n + 1 < max_tokens else None
+                    if nxt is not None:
+                        mx.async_eval(nxt)
+                    tok = y.item()
+                    yield tok, False, 0
+                    n += 1
+                    accept.emitted()
+                    self._timed(index.append, tok)
+                    y = nxt
+                    continue
+                tok = y.item()
+                yield tok, False, 0
+                n += 1
+                accept.emitted()
+                self._timed(index.append, tok)
+                known = True
+                continue
+            drafts = self._timed(index.continuation, limit) if limit > 0 else []
+            if not drafts:
+                y = step(y)
+                mx.async_eval(y)
+                known = False
+                continue
+            targets = verify(y, drafts).tolist()
+            k = len(drafts)
+            m = 0
+            while m < k and drafts[m] == targets[m]:
+                m += 1
+            accept.update(k, m)
+            accept.emitted(m + 1)
+            if adaptive:
+                cap = next_cap(cap, k, m, policy.num_draft)
+                refusals = refusals + 1 if (k == 1 and m == 0) else 0
+                if refusals:
+                    quiet_until = n + m + 1 + 2 ** min(refusals, 4)
+            # The pass wrote y and k drafts; keep y and the accepted ones.
+            if k - m:
+                for c in cache:
+                    c.trim(k - m)
+            for i in range(m):
+                yield drafts[i], True, (k if i == 0 else None)
+                self._timed(index.append, drafts[i])
+            bonus = targets[m]
+            yield bonus, False, (k if m == 0 else None)
+            self._timed(index.append, bonus)
+            n += m + 1
+            y = mx.array([bonus], dtype=mx.uint32)
+
+
+def lookup_stream(
+    model: nn.Module, prompt: mx.array, max_tokens: int, policy: DraftPolicy, caches: Optional[PromptCaches] = None
+) -> LookupStream:
+    return LookupStream(model, prompt, max_tokens, policy, caches=caches)

@@ -1,0 +1,156 @@
+"""RESULTS.md: the measured tables of named runs, each beside what made it.
+
+The file holds one section per run (a run is named by its config files: `default`,
+`categories`, `categories+long_answers`, ...). Writing a run's section replaces that section
+and keeps every other one as it was, so the file is a snapshot of the runs last measured,
+each with its own command, commit, dates, versions and machine; re-measuring a run means
+writing its section again, never editing figures by hand. History lives in git.
+
+A section is built from a run's `results/`: the comparison's markdown tables (overall, by
+task category, by context length, where the run has them), the layer-skipping summary where
+the run has one, and the environment every cell records (`fewerpasses/core/environment.py`).
+"""
+
+import re
+import time
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+TITLE = "# Results"
+PREAMBLE = """\
+Measured figures of named runs, written by `snakemake --cores 1 results` (rule `results` in
+rules/results.smk) from each run's `results/`: a run's section is replaced when that command
+runs after it, and the other sections are kept. Never edit a figure here by hand; rerun the
+section's command and write it again. How to read each table: the captions in
+`results/report.html` (`snakemake --report results/report.html`) and the README."""
+
+# The tables of a section, in order: (heading, file under results/tables/ or results/).
+TABLES: Sequence[Tuple[str, str]] = (
+    ("Every technique against plain decoding", "tables/techniques.md"),
+    ("Speedup by task category", "tables/techniques_by_category.md"),
+    ("Speedup by context length", "tables/techniques_by_context.md"),
+    ("Layer skipping: the sweep's summary", "tables/layerskip_summary.md"),
+)
+
+_BEGIN = "<!-- run: {} -->"
+_END = "<!-- end of run: {} -->"
+
+
+def run_name(configfiles: Iterable[str]) -> str:
+    """A run's name from the config files it ran with: their stems joined by '+', `default`
+    for the default config alone."""
+    stems = [Path(f).stem for f in configfiles]
+    return "+".join(stems) if stems and stems != ["config"] else "default"
+
+
+def command_for(configfiles: Iterable[str]) -> str:
+    """The command that runs a run: the default, or with its config files."""
+    files = [str(f) for f in configfiles]
+    if not files or [Path(f).stem for f in files] == ["config"]:
+        return "snakemake --cores 1"
+    return "snakemake --cores 1 --configfile " + " ".join(files)
+
+
+def _environments(cells: List[Dict]) -> List[Dict]:
+    envs, seen = [], set()
+    for c in cells:
+        env = c.get("environment") or {}
+        key = tuple(sorted((k, str(v)) for k, v in env.items() if k != "config_hash"))
+        if key not in seen:
+            seen.add(key)
+            envs.append(env)
+    return envs
+
+
+def _one(values: List, missing: str = "not recorded") -> str:
+    values = sorted({str(v) for v in values if v not in (None, "")})
+    return ", ".join(values) if values else missing
+
+
+def provenance(cells: List[Dict], command: str) -> List[Tuple[str, str]]:
+    """What made a run's figures, from what its cells recorded: (field, value) rows."""
+    envs = _environments(cells)
+    starts = [c["started_at"] for c in cells if c.get("started_at")]
+    ends = [c["started_at"] + c.get("wall_seconds", 0) for c in cells if c.get("started_at")]
+    day = lambda t: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+    rows = [
+        ("command", f"`{command}`"),
+        ("commit", _one([e.get("commit") for e in envs])),
+        ("measured", f"{day(min(starts))} to {day(max(ends))}" if starts else "not recorded"),
+        ("cells", str(len(cells))),
+        ("machine", _one([f"{e.get('chip')} ({e.get('machine')}, {e.get('cpu_count')} cores)" for e in envs])),
+        ("os", _one([e.get("os") for e in envs])),
+        ("backend", _one([e.get("backend_device") for e in envs])),
+        ("BLAS", _one([e.get("blas") for e in envs])),
+        ("python", _one([e.get("python") for e in envs])),
+        ("mlx, mlx-lm", _one([f"{e.get('mlx')}, {e.get('mlx_lm')}" for e in envs])),
+    ]
+    return rows
+
+
+def section(run: str, command: str, results_dir: Path, cells: List[Dict]) -> str:
+    """One run's section: its provenance, then each of its tables that the run wrote."""
+    lines = [_BEGIN.format(run), f"## Run: {run}", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in provenance(cells, command)]
+    for heading, rel in TABLES:
+        path = Path(results_dir) / rel
+        if not path.is_file():
+            continue
+        body = path.read_text().strip()
+        # The summary's own title gives way to this file's heading.
+        body = re.sub(r"\A# [^\n]*\n+", "", body)
+        lines += ["", f"### {heading}", "", f"From `results/{rel}`.", "", body]
+    lines += ["", _END.format(run)]
+    return "\n".join(lines) + "\n"
+
+
+def sections(text: str) -> Dict[str, str]:
+    """The run sections of a results file, by run name, in file order."""
+    out = {}
+    for m in re.finditer(r"<!-- run: (\S+) -->\n.*?<!-- end of run: \1 -->\n", text, flags=re.S):
+        out[m.group(1)] = m.group(0)
+    return out
+
+
+def merged(existing: Optional[str], run: str, new_section: str) -> str:
+    """The results file with `run`'s section replaced (or added at the end)."""
+    runs = sections(existing or "")
+    runs[run] = new_section
+    return "\n".join([TITLE, "", PREAMBLE, ""] + list(runs.values()))
+
+
+def write_results(
+    path, run: str, command: str, results_dir, cell_paths: Iterable[str], previous: Optional[str] = None
+) -> str:
+    """Write the results file at `path` with this run's section; `previous` is the file's
+    text before this run (read from `path` where it exists and none is given)."""
+    from ..core.atomic import write_text
+    from .tables import load_cells
+
+    if previous is None and Path(path).is_file():
+        previous = Path(path).read_text()
+    # Timing cells and A/A runs: every JSON that names its technique and environment.
+    cells = [
+        c for c in load_cells(list(cell_paths)) if isinstance(c, dict) and c.get("technique") and c.get("environment")
+    ]
+    text = merged(previous, run, section(run, command, Path(results_dir), cells))
+    write_text(path, text)
+    return text
+
+
+def main(argv=None) -> None:
+    """Write a run's section from a results folder made elsewhere (another clone): the
+    rule `results` does the same for this checkout's own run."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", required=True, help="the run's results/ folder")
+    p.add_argument("--configfile", nargs="*", default=[], help="the config files the run used")
+    p.add_argument("--into", default="RESULTS.md")
+    a = p.parse_args(argv)
+    cells = sorted(str(f) for f in Path(a.results).rglob("*.json"))
+    write_results(a.into, run_name(a.configfile), command_for(a.configfile), a.results, cells)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from fewerpasses.report.results_file import write_results
+
+write_results(
+    snakemake.output[0],
+    snakemake.params.run,
+    snakemake.params.command,
+    "results",
+    snakemake.input.cells,
+)
