@@ -22,7 +22,7 @@ from workflow import copy_workflow, planned_jobs, snakemake, write_config
 # Every test here runs real Snakemake sweeps.
 pytestmark = pytest.mark.slow
 
-SUMMARY = "results/summary.md"
+SUMMARY = "results/tables/layerskip_summary.md"
 
 
 def base_config(models, skips, max_tokens=12, repeats=1):
@@ -99,8 +99,15 @@ def test_killed_cell_reruns_alone(tmp_path):
     json.loads(other.read_text())  # the other cell finished under --keep-going
     other_mtime = other.stat().st_mtime
     # The rerun plans the killed cell and the aggregation, nothing else.
-    assert planned_jobs(d) == {"layerskip_cell": 1, "aggregate": 1, "all": 1, "plot_layerskip": 1}
-    assert planned_jobs(d, SUMMARY) == {"layerskip_cell": 1, "aggregate": 1}
+    assert planned_jobs(d) == {
+        "layerskip_cell": 1,
+        "layerskip_sweep": 1,
+        "all": 1,
+        "plot_layerskip": 1,
+        "compare_techniques": 1,
+        "plot_techniques": 1,
+    }
+    assert planned_jobs(d, SUMMARY) == {"layerskip_cell": 1, "layerskip_sweep": 1}
 
     # 2. Kill the whole run (snakemake and the cell), as a closed terminal or power loss would.
     log.unlink()  # so that progress is read from this run's cell
@@ -116,7 +123,7 @@ def test_killed_cell_reruns_alone(tmp_path):
     assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
     assert not victim.exists()
     snakemake(d, "--unlock")
-    assert planned_jobs(d, SUMMARY, "--rerun-incomplete") == {"layerskip_cell": 1, "aggregate": 1}
+    assert planned_jobs(d, SUMMARY, "--rerun-incomplete") == {"layerskip_cell": 1, "layerskip_sweep": 1}
 
     # 3. The user's rerun completes the sweep without redoing the finished cell.
     snakemake(d, "--cores", "1", "--rerun-incomplete", SUMMARY)
@@ -158,7 +165,7 @@ def test_missing_weight_file_fails_only_its_model(tmp_path):
         "reference_outputs": 1,
         "noise_floor": 1,
         "layerskip_cell": 2,
-        "aggregate": 1,
+        "layerskip_sweep": 1,
     }
     snakemake(d, "--cores", "1", SUMMARY)
     assert [p.stat().st_mtime for p in tiny_cells] == mtimes
@@ -217,7 +224,7 @@ def test_divergence_is_reported_then_refused(tmp_path):
     # require_lossless on: aggregation re-checks the cells it already has, and refuses them.
     cfg["generation"]["require_lossless"] = True
     write_config(d, cfg)
-    assert planned_jobs(d, SUMMARY) == {"aggregate": 1}
+    assert planned_jobs(d, SUMMARY) == {"layerskip_sweep": 1}
     proc = snakemake(d, "--cores", "1", SUMMARY, check=False)
     assert proc.returncode != 0 and "require_lossless is set, but 2 cell(s) diverged" in proc.stdout + proc.stderr
 

@@ -5,7 +5,13 @@ import pytest
 
 from fewerpasses.layerskip.calibrate import select_plan
 from fewerpasses.measure.streams import plain_stream, timed_generation
-from fewerpasses.layerskip.knapsack import draft_cost_needed, frontier, point_speedup, predicted_speedup, simulate_rounds
+from fewerpasses.layerskip.knapsack import (
+    draft_cost_needed,
+    frontier,
+    point_speedup,
+    predicted_speedup,
+    simulate_rounds,
+)
 from fewerpasses.layerskip.loop import layerskip_loop
 from fewerpasses.core.models import model_parts
 from fewerpasses.layerskip.profile import LatencyModel, heldout_error, profile_model

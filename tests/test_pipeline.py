@@ -118,7 +118,7 @@ def test_noise_floor_is_measured_plain_against_plain(run):
         assert aa["tokens_per_pass"] == 1.0 and aa["drafted_tokens"] == 0
         lo, hi = aa["speedup_ci"]
         assert lo <= aa["speedup"] <= hi and lo != hi  # a measured spread, not 1.0 written down
-    summary = (d / "results/summary.md").read_text()
+    summary = (d / "results/tables/layerskip_summary.md").read_text()
     assert "noise floor (A/A)" in summary
 
 
@@ -145,7 +145,7 @@ def test_tables_summary_and_plots(run):
     assert set(df.strategy) == {"middle", "knapsack", "auto", "search"}
     assert df.draft_cost_ratio.between(0, 1.01).all()
     assert set(df.model) == {"tiny", "tiny-q4"}
-    summary = (d / "results/summary.md").read_text()
+    summary = (d / "results/tables/layerskip_summary.md").read_text()
     assert "lossless" in summary and "tiny-q4" in summary and "blas" in summary
     md = (d / "results/tables/layerskip_sweep.md").read_text()
     assert md.count("\n") == len(df) + 2
@@ -182,7 +182,7 @@ def test_logs_and_benchmarks_mirror_the_outputs(run):
         "profile/tiny",
         "calibration/tiny",
         "search/tiny",
-        "tables/aggregate",
+        "tables/layerskip_sweep",
         "plots/plot_layerskip",
         "plots/plot_adaptive",
         "plots/profile_tiny",
@@ -195,7 +195,7 @@ def test_logs_and_benchmarks_mirror_the_outputs(run):
 REPORTED = [
     "results/tables/layerskip_sweep.csv",
     "results/tables/layerskip_sweep.md",
-    "results/summary.md",
+    "results/tables/layerskip_summary.md",
     "results/plots/layerskip_heatmap.png",
     "results/plots/layerskip_vs_skip.png",
     "results/plots/acceptance_vs_cost.png",
@@ -219,14 +219,14 @@ def test_report_is_one_self_contained_file(run):
     assert len(re.findall(r"data:image/png;[^,]*base64,", html)) >= 7
     categories = json.loads(re.search(r"var categories = (\{.*?\});", html).group(1))
     # Grouped by technique, then by model (this config has no two-model or quality section).
-    assert set(categories) == {"Self-speculation", "Profile"}
-    assert set(categories["Self-speculation"]) == {"all models"}
-    assert set(categories["Self-speculation"]["all models"]) == set(REPORTED[:8])
+    assert set(categories) == {"Layer skipping", "Profile", "Techniques compared"}
+    assert set(categories["Layer skipping"]) == {"all models"}
+    assert set(categories["Layer skipping"]["all models"]) == set(REPORTED[:8])
     assert categories["Profile"] == {"tiny": [REPORTED[8]], "tiny-q4": [REPORTED[9]]}
     for name in REPORTED:
         assert name in html, name
     # Captions rendered, the summary's text included in its own.
-    assert "How to read it" in html and "Self-speculative decoding sweep" in html
+    assert "How to read it" in html and "Layer-skipping sweep" in html
 
 
 def test_bench_reports_ratios(run):
@@ -274,13 +274,24 @@ def test_nothing_to_do_after_a_run(run):
     assert planned_jobs(d) == {}
 
 
+# What new cells make again: the layer-skipping sweep and its figures, and the comparison.
+TABLES = {
+    "layerskip_sweep": 1,
+    "plot_layerskip": 1,
+    "plot_adaptive": 1,
+    "compare_techniques": 1,
+    "plot_techniques": 1,
+    "all": 1,
+}
+
+
 def test_new_grid_value_schedules_only_new_cells(run):
     d, cfg = run
     grown = json.loads(json.dumps(cfg))
     grown["layerskip"]["draft_lengths"] = DRAFTS + [4]
     write_config(d, grown, "grown.yaml")
     jobs = planned_jobs(d, config="config/grown.yaml")
-    assert jobs == {"layerskip_cell": 2 * len(SKIPS), "aggregate": 1, "plot_layerskip": 1, "plot_adaptive": 1, "all": 1}
+    assert jobs == {"layerskip_cell": 2 * len(SKIPS), **TABLES}
 
 
 def test_auto_margin_reruns_only_auto_cells(run):
@@ -289,7 +300,7 @@ def test_auto_margin_reruns_only_auto_cells(run):
     changed["layerskip"]["auto_margin"] = 0.2
     write_config(d, changed, "margin.yaml")
     jobs = planned_jobs(d, config="config/margin.yaml")
-    assert jobs == {"layerskip_cell": 2, "aggregate": 1, "plot_layerskip": 1, "plot_adaptive": 1, "all": 1}
+    assert jobs == {"layerskip_cell": 2, **TABLES}
 
 
 def test_editing_a_plot_script_reruns_plots_only(run):
@@ -318,10 +329,7 @@ def test_changing_one_model_reruns_only_that_model(run):
         "plot_profile": 1,
         "layerskip_cell": n,
         "noise_floor": 1,
-        "aggregate": 1,
-        "plot_layerskip": 1,
-        "plot_adaptive": 1,
-        "all": 1,
+        **TABLES,
     }
 
 
@@ -358,3 +366,15 @@ def test_study_plans_the_earlier_study_cells(tmp_path):
     assert [o for o in outputs if o.startswith("results/twomodel/")] == sorted(
         f"results/twomodel/llama3.1-8b-4bit/llama3.2-1b-4bit/draft{k}.json" for k in (1, 2, 3, 4, 6)
     )
+
+
+def test_results_file_is_written_by_one_command(run):
+    d, _ = run
+    snakemake(d, "--cores", "1", "results")
+    text = (d / "RESULTS.md").read_text()
+    # The run is named by its config file, and its section says how to make it again.
+    assert "## Run: test" in text and "`snakemake --cores 1 --configfile config/test.yaml`" in text
+    assert "| commit |" in text and "| BLAS |" in text and "Every technique against plain decoding" in text
+    assert "Layer skipping: the sweep's summary" in text and "noise floor (A/A)" in text
+    # Up to date: nothing to do until a table changes.
+    assert planned_jobs(d, "results") == {}

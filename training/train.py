@@ -11,7 +11,6 @@ draft from a chat model's own greedy answers (training/distill.py, training/dist
 
 import argparse
 import json
-import math
 import os
 import platform
 import random
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import List, Optional
 
 import numpy as np
+
+from .common import CorpusSettings, warmup_cosine
 
 EOS = "<|endoftext|>"
 TOKENIZER_VOCAB = 2048
@@ -44,36 +45,11 @@ class Preset:
 PRESETS = {
     # The self-speculation target: deep enough (12 layers) that skipping is meaningful.
     "target": Preset(256, 768, 12, 8, 4, steps=900),
-    # The two-model draft: same tokenizer, ~15x cheaper per token.
+    # The two-model draft: the target's tokenizer, far fewer layers and a narrower stream.
     "draft": Preset(128, 384, 3, 4, 2, steps=1200),
     # For smoke-testing this script.
     "smoke": Preset(64, 128, 2, 2, 1, steps=5, batch_size=2, seq_len=32),
 }
-
-
-@dataclass(kw_only=True)
-class CorpusSettings:
-    """The corpus a preset trains on (training/distill.py): `prompts` prompts, every
-    `long_every`-th answered up to `long_max_tokens` tokens, the others up to `max_tokens`,
-    `heldout` of them kept for the held-out loss. Presets with the same settings share one
-    corpus file."""
-
-    prompts: int = 2000
-    max_tokens: int = 32
-    long_every: int = 5
-    long_max_tokens: int = 144
-    gen_batch: int = 64
-    top_k: int = 8
-    heldout: int = 100
-
-
-def warmup_cosine(step: int, lr: float, warmup: int, steps: int) -> float:
-    """The learning rate at `step`: linear warm-up over `warmup` steps, then a cosine from `lr`
-    down to a tenth of it at `steps`."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    t = (step - warmup) / max(1, steps - warmup)
-    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
 @dataclass
@@ -100,7 +76,7 @@ class DistillPreset(CorpusSettings):
 
 DISTILL_PRESETS = {
     # The two-model draft for SmolLM2-135M-Instruct (run with --teacher on its float32 MLX dir).
-    # Hidden 252 (a multiple of the 9 heads, as transformers requires): float16 weights ~34 MB.
+    # Hidden 252: a multiple of the 9 heads, as transformers requires.
     # Layers (0, 1, 2, 29): after 60 trial steps their held-out loss was lowest of
     # (0, 1, 2, 3), (0, 1, 28, 29) and the same embedding with random layers.
     "smollm2-draft": DistillPreset(252, (0, 1, 2, 29), 1024, steps=800, lr=2e-3),

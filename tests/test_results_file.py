@@ -1,0 +1,61 @@
+"""RESULTS.md (fewerpasses/report/results_file.py): one section per named run, replaced when
+that run is written again, every other kept, each with what made its figures."""
+
+import json
+
+from fewerpasses.report.results_file import command_for, merged, run_name, sections, write_results
+
+
+def cell(tmp_path, name, commit, started):
+    env = {"chip": "cpu-x", "machine": "x86_64", "cpu_count": 2, "os": "Linux 6", "mlx": "0.32", "mlx_lm": "0.32"}
+    record = {
+        "technique": "lookup",
+        "environment": {**env, "commit": commit},
+        "started_at": started,
+        "wall_seconds": 60,
+    }
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(record))
+    return str(path)
+
+
+def test_run_names_and_commands_come_from_the_config_files():
+    assert run_name([]) == "default" and command_for([]) == "snakemake --cores 1"
+    assert run_name(["config/config.yaml"]) == "default"
+    files = ["config/categories.yaml", "config/long_answers.yaml"]
+    assert run_name(files) == "categories+long_answers"
+    assert command_for(files) == "snakemake --cores 1 --configfile config/categories.yaml config/long_answers.yaml"
+
+
+def test_a_section_carries_its_provenance_and_tables(tmp_path):
+    results = tmp_path / "results"
+    (results / "tables").mkdir(parents=True)
+    (results / "tables" / "techniques.md").write_text("| technique | speedup |\n|---|---|\n| plain | 1.00x |\n")
+    cells = [cell(tmp_path, "a", "abc123", 1_764_000_000), cell(tmp_path, "b", "abc123", 1_764_000_600)]
+    text = write_results(tmp_path / "RESULTS.md", "default", "snakemake --cores 1", results, cells)
+    assert "| commit | abc123 |" in text and "| cells | 2 |" in text
+    assert "cpu-x (x86_64, 2 cores)" in text and "0.32, 0.32" in text
+    # Measured from the first cell's start to the last cell's end.
+    assert "2025-11-24 16:00 UTC to 2025-11-24 16:11 UTC" in text
+    assert "| plain | 1.00x |" in text
+    # Tables the run did not write are left out, not shown empty.
+    assert "Speedup by context length" not in text
+
+
+def test_writing_a_run_replaces_its_section_and_keeps_the_others(tmp_path):
+    results = tmp_path / "results"
+    (results / "tables").mkdir(parents=True)
+    table = results / "tables" / "techniques.md"
+    path = tmp_path / "RESULTS.md"
+    table.write_text("| old default |\n")
+    write_results(path, "default", "snakemake --cores 1", results, [cell(tmp_path, "a", "c1", 1)])
+    table.write_text("| categories |\n")
+    write_results(path, "categories", "snakemake --cores 1 --configfile config/categories.yaml", results, [])
+    table.write_text("| new default |\n")
+    write_results(path, "default", "snakemake --cores 1", results, [cell(tmp_path, "a", "c2", 1)])
+    text = path.read_text()
+    assert list(sections(text)) == ["default", "categories"]
+    assert "| new default |" in text and "| old default |" not in text and "| categories |" in text
+    assert "| commit | c2 |" in text and "| commit | c1 |" not in text
+    # A file that has no sections yet (or another text) gets the title and preamble once.
+    assert merged(None, "x", "<!-- run: x -->\nbody\n<!-- end of run: x -->\n").count("# Results") == 1
