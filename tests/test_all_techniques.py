@@ -76,8 +76,8 @@ def test_diffusion_quality_scores_its_own_answers(run):
     assert set(q["answers"]) == set(q["answer_tokens"]) and "block diffusion" in q["decoding"]
 
 
-def seeds_rows_where_not_best(expected, got):
-    """The expected rows, less a earlier study row that is absent because the best cell is the earlier study
+def earlier_rows_where_not_best(expected, got):
+    """The expected rows, less an earlier-study row that is absent because the best cell is the earlier study
     configuration (the table then shows one row for both); which cell is best is timing."""
     return [r for r in expected if "earlier study" not in r or r in got]
 
@@ -87,7 +87,7 @@ def test_lossless_rows_are_checked_on_the_question_set(run):
     plain = json.loads((d / "results/quality/tiny/stdlib_quiz.json").read_text())
     check = json.loads((d / "results/quality_check/tiny/stdlib_quiz.json").read_text())
     techniques = [r["technique"] for r in check["rows"]]
-    assert techniques == seeds_rows_where_not_best(
+    assert techniques == earlier_rows_where_not_best(
         [
             "layer skipping (best)",
             "layer skipping (earlier study)",
@@ -115,7 +115,7 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
         "prompt lookup (best)",
         "diffusion",
     ]
-    assert list(df.technique) == seeds_rows_where_not_best(expected, list(df.technique))
+    assert list(df.technique) == earlier_rows_where_not_best(expected, list(df.technique))
     diff = df[df.technique == "diffusion"].iloc[0]
     q = json.loads((d / "results/quality/tiny-diff/stdlib_quiz/block8_thr0.9.json").read_text())
     assert diff.quality == pytest.approx(q["score"]) and diff.quality_basis == "own answers"

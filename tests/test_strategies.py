@@ -2,7 +2,7 @@ import pytest
 
 from fewerpasses.layerskip.strategies import SkipError, SkipPlan, make_plan, middle_skip
 
-# The seeds' indices, worked out by hand: n_skip = max(1, round(n*f)), start = (n - n_skip) // 2.
+# The earlier study's indices, worked out by hand: n_skip = max(1, round(n*f)), start = (n - n_skip) // 2.
 SEEDS = {
     (36, 0.1): list(range(16, 20)),  # round(3.6) = 4
     (36, 0.2): list(range(14, 21)),  # round(7.2) = 7
@@ -16,7 +16,7 @@ SEEDS = {
 
 
 @pytest.mark.parametrize("n,f", sorted(SEEDS))
-def test_middle_matches_seeds(n, f):
+def test_middle_matches_the_earlier_study(n, f):
     assert middle_skip(n, f) == SEEDS[(n, f)]
 
 
