@@ -80,7 +80,9 @@ class Strategy:
 REGISTRY: Dict[str, Strategy] = {
     s.name: s
     for s in (
-        Strategy("middle", "the earlier study's contiguous middle block of layers", "share of layers skipped", _select_middle),
+        Strategy(
+            "middle", "the earlier study's contiguous middle block of layers", "share of layers skipped", _select_middle
+        ),
         Strategy(
             "knapsack",
             "sublayers chosen by a knapsack over the device profile and calibration",
