@@ -7,6 +7,7 @@ Nothing here imports MLX.
 
 from typing import Dict, List
 
+from .ceiling.technique import TECHNIQUE as CEILING
 from .core.technique import Technique
 from .diffusion.technique import TECHNIQUE as DIFFUSION
 from .layerskip.technique import TECHNIQUE as LAYERSKIP
@@ -14,7 +15,7 @@ from .lookup.technique import TECHNIQUE as LOOKUP
 from .twomodel.technique import TECHNIQUE as TWOMODEL
 
 # In the order the comparison lists them.
-REGISTRY: Dict[str, Technique] = {t.name: t for t in (LAYERSKIP, TWOMODEL, LOOKUP, DIFFUSION)}
+REGISTRY: Dict[str, Technique] = {t.name: t for t in (LAYERSKIP, TWOMODEL, LOOKUP, DIFFUSION, CEILING)}
 
 
 def technique(name: str) -> Technique:
@@ -27,6 +28,11 @@ def lossless() -> List[Technique]:
     return [t for t in REGISTRY.values() if t.lossless]
 
 
+def checked() -> List[Technique]:
+    """The lossless techniques whose rows are run on the question set: every one but a bound."""
+    return [t for t in lossless() if not t.bound]
+
+
 def converters() -> Dict[str, str]:
     """model_type -> "module:function" for the architectures a technique prepares itself."""
     return {k: v for t in REGISTRY.values() for k, v in t.converters.items()}
@@ -35,10 +41,10 @@ def converters() -> Dict[str, str]:
 def chosen_rows(target: str, cells: List[Dict], earlier_study: Dict, techniques=None, best_only: bool = False):
     """The rows of one target that stand in the comparison, as (technique, row name, config
     label, cell), in registry order: each technique's own choice from its cells (by default
-    the lossless techniques': the rows the question-set check runs). `best_only`: each
+    the checked techniques': the rows the question-set check runs). `best_only`: each
     technique's first row, its best."""
     out = []
-    for t in lossless() if techniques is None else techniques:
+    for t in checked() if techniques is None else techniques:
         own = [c for c in cells if c.get("technique") == t.name and c["target"] == target]
         rows = t.rows(target, own, (earlier_study or {}).get(t.name))
         out += [(t, row, label, cell) for row, label, cell in (rows[:1] if best_only else rows)]

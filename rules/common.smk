@@ -13,7 +13,7 @@ from fewerpasses.pipeline.config import ConfigError, check_config, renamed_keys,
 from fewerpasses.core.guards import guard_environment
 from fewerpasses.core.prompts import prompt_set_file
 from fewerpasses.report.results_file import command_for, run_name
-from fewerpasses.techniques import REGISTRY as TECHNIQUES, lossless
+from fewerpasses.techniques import REGISTRY as TECHNIQUES, checked, lossless
 
 SCHEMA = Path(workflow.basedir, "config", "schemas", "config.schema.yaml")
 # An earlier config layout is refused with the new key's name, before the schema's message.
@@ -207,10 +207,10 @@ def get_check_inputs(wildcards):
     technique (the check runs the rows the comparison picks from them) and the other models
     those rows load (two-model drafts)."""
     m = wildcards.model
-    extra = sorted({e for t in lossless() for e in t.extra_models(config, m)})
+    extra = sorted({e for t in checked() for e in t.extra_models(config, m)})
     return {
         "plain": output_path(rules.quality_score.output[0], model=m, question_set=wildcards.question_set),
-        "cells": [p for t in lossless() for p in technique_cells(t.name, m)],
+        "cells": [p for t in checked() for p in technique_cells(t.name, m)],
         **{f"model_{e}": model_dir(e) for e in extra},
     }
 

@@ -1,6 +1,6 @@
-"""A real Snakemake run of every technique of the registry on tiny models: self-speculation,
-two-model speculation, prompt lookup and a diffusion adapter, with quality, the question-set
-check of the lossless rows, and the techniques table."""
+"""A real Snakemake run of every technique of the registry on tiny models: layer skipping,
+two-model speculation, prompt lookup, a diffusion adapter and the perfect-draft ceiling, with
+quality, the question-set check of the lossless rows, and the techniques table."""
 
 import json
 
@@ -9,6 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
+from fewerpasses.techniques import REGISTRY
 from tiny_models import write_diffusion_adapter, write_model_dir
 from workflow import copy_workflow, planned_jobs, snakemake, write_config
 
@@ -37,6 +38,7 @@ def run(tmp_path_factory):
         "layerskip": {"strategies": ["middle"], "skip_fractions": [0.4], "draft_lengths": [2]},
         "twomodel": {"pairs": [{"target": "tiny", "draft": "tiny-draft"}], "draft_lengths": [2]},
         "lookup": {"models": ["tiny"], "max_ngrams": [3], "min_ngram": 1, "draft_lengths": [4]},
+        "ceiling": {"models": ["tiny"], "draft_lengths": [4]},
         "quality": {"question_set": "stdlib_quiz", "max_tokens": 8, "models": ["tiny"]},
         "diffusion": {"pairs": [{"model": "tiny-diff", "baseline": "tiny"}], "block_lengths": [8], "thresholds": [0.9]},
         "noise": {"models": ["tiny"]},
@@ -114,8 +116,16 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
         "two-model (earlier study)",
         "prompt lookup (best)",
         "diffusion",
+        "perfect-draft ceiling (bound)",
     ]
     assert list(df.technique) == earlier_rows_where_not_best(expected, list(df.technique))
+    # Every technique row is read as a share of the ceiling; the ceiling itself, and plain, are not.
+    ceiling = df[df.technique == "perfect-draft ceiling (bound)"].iloc[0]
+    assert ceiling.lossless and ceiling.acceptance_rate == 1.0 and pd.isna(ceiling.ceiling_share)
+    others = df[~df.technique.isin(["plain", "perfect-draft ceiling (bound)"])]
+    assert (others.ceiling_share == others.speedup / ceiling.speedup).all()
+    by_category = pd.read_csv(d / "results/tables/techniques_by_category.csv")
+    assert by_category[by_category.technique == "prompt lookup (best)"].ceiling_share.notna().all()
     diff = df[df.technique == "diffusion"].iloc[0]
     q = json.loads((d / "results/quality/tiny-diff/stdlib_quiz/block8_thr0.9.json").read_text())
     assert diff.quality == pytest.approx(q["score"]) and diff.quality_basis == "own answers"
@@ -128,17 +138,22 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
     assert (d / "results/plots/techniques_spread.png").stat().st_size > 0
     # Speed by answer length, from the question-set runs of every scored row.
     answers = pd.read_csv(d / "results/tables/techniques_answers.csv")
-    assert set(answers.technique) == set(df.technique) and (answers.target == "tiny").all()
+    # The ceiling, a bound, is never run on the question set.
+    assert set(answers.technique) == set(df.technique) - {"perfect-draft ceiling (bound)"}
+    assert (answers.target == "tiny").all() and ceiling.quality_basis == "none: a bound, not run on the question set"
     assert (answers.groupby("technique").size() == 21).all() and (answers.answer_tokens > 0).all()
     assert (answers.e2e_tps > 0).all() and (d / "results/plots/techniques_by_length.png").stat().st_size > 0
 
 
 def test_every_cell_carries_the_contract(run):
     d, _ = run
-    for kind in ("layerskip", "twomodel", "lookup", "diffusion", "noise"):
-        for path in (d / "results" / kind).rglob("*.json"):
+    # Each technique's cells in its own folder, named as it is; the A/A runs in noise/.
+    for kind, technique in [*((name, name) for name in REGISTRY), ("noise", "plain")]:
+        paths = list((d / "results" / kind).rglob("*.json"))
+        assert paths, kind
+        for path in paths:
             cell = json.loads(path.read_text())
-            assert cell["technique"] in ("layerskip", "twomodel", "lookup", "diffusion", "plain"), path
+            assert cell["technique"] == technique, path
             assert cell["target"] == cell["model"] == "tiny", path
             assert "kind" in cell["draft_source"], path
     pld = json.loads((d / "results/lookup/tiny/ngram3_draft4.json").read_text())

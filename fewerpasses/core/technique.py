@@ -99,6 +99,10 @@ class Technique:
     # A technique that is not lossless scores its own answers on the question set.
     own_quality: Optional[OwnQuality] = None
     quality_outputs: QualityOutputs = _none
+    # A labelled bound, not a technique (the perfect-draft ceiling): its cells may see the
+    # answer they are timed on, so its rows are never run on the question set, and the
+    # comparison reads every other row as a share of it.
+    bound: bool = False
 
     @property
     def rule(self) -> str:

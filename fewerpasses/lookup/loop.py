@@ -12,7 +12,7 @@ refused in a row pause drafting for 2, 4, 8, then 16 tokens.
 """
 
 import time
-from typing import List, Optional
+from typing import Callable, List, Optional, Protocol
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -20,6 +20,17 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
 from ..core.prefill import PromptCaches, caches_of, prefill
 from .draft import FIRST_DRAFT, AcceptanceEstimate, DraftPolicy, NgramIndex, gated_length, next_cap
+
+
+class DraftIndex(Protocol):
+    """What the loop drafts from: the history (prompt, then every emitted token, appended in
+    order) and, for it, the tokens expected to follow."""
+
+    def append(self, token: int) -> None: ...
+
+    def continuation(self, limit: int) -> List[int]:
+        """Up to `limit` tokens expected after the history; [] for no draft."""
+        ...
 
 
 class LookupStream:
@@ -34,9 +45,12 @@ class LookupStream:
         policy: DraftPolicy,
         prefill_step_size: int = 2048,
         caches: Optional[PromptCaches] = None,
+        index: Optional[Callable[[List[int], DraftPolicy], DraftIndex]] = None,
     ):
         self.model, self.prompt, self.max_tokens, self.policy = model, prompt, max_tokens, policy
         self.prefill_step_size, self.caches = prefill_step_size, caches
+        # Where drafts come from: by default the n-gram index over the prompt and the output.
+        self.make_index = NgramIndex if index is None else index
         self.draft_seconds = 0.0
 
     def __iter__(self):
@@ -55,7 +69,7 @@ class LookupStream:
             raise ValueError("prompt lookup needs a trimmable KV cache; this model's cache cannot be trimmed")
         prefill(model, self.prompt, cache, self.prefill_step_size)
         y = self.prompt[cache[0].offset :]
-        index = self._timed(NgramIndex, self.prompt.tolist(), policy)
+        index = self._timed(self.make_index, self.prompt.tolist(), policy)
 
         def step(y):
             return mx.argmax(model(y[None], cache=cache)[0, -1], axis=-1, keepdims=True).astype(mx.uint32)
@@ -140,6 +154,11 @@ class LookupStream:
 
 
 def lookup_stream(
-    model: nn.Module, prompt: mx.array, max_tokens: int, policy: DraftPolicy, caches: Optional[PromptCaches] = None
+    model: nn.Module,
+    prompt: mx.array,
+    max_tokens: int,
+    policy: DraftPolicy,
+    caches: Optional[PromptCaches] = None,
+    index: Optional[Callable[[List[int], DraftPolicy], DraftIndex]] = None,
 ) -> LookupStream:
-    return LookupStream(model, prompt, max_tokens, policy, caches=caches)
+    return LookupStream(model, prompt, max_tokens, policy, caches=caches, index=index)

@@ -48,11 +48,15 @@ def run_cell(
     build: Callable[[Any, Any], Candidate],
     *,
     lossless_expected: bool = True,
+    sees_answers: bool = False,
 ) -> Dict:
     """Time plain decoding of the target against `build(model, tokenizer)`'s candidate.
 
     settings: the cell's own settings, with `technique`, `target`, `draft_source`,
       `max_tokens`, `repeats` and `warmup`; they are recorded as they are.
+    sees_answers: the candidate is a bound that may read the answer it is timed on (the
+      perfect-draft ceiling, and nothing else): `build(model, tokenizer, answers)` gets
+      each prompt's reference tokens, keyed by the prompt's token ids.
     """
     started_at, t0 = time.time(), time.perf_counter()
     max_tokens = settings["max_tokens"]
@@ -64,7 +68,10 @@ def run_cell(
     replies: Dict = {}
     prompts = encoded_prompts(tokenizer, prompt_set_path, answers, replies)
     ref = reference_tokens(prompts, reference, max_tokens)
-    candidate = build(model, tokenizer)
+    if sees_answers:
+        candidate = build(model, tokenizer, {tuple(p["tokens"]): ref[p["id"]] for p in prompts})
+    else:
+        candidate = build(model, tokenizer)
     own_tok = candidate.tokenizer
     same_vocab = own_tok is None or own_tok.get_vocab() == tokenizer.get_vocab()
     records = paired_runs(

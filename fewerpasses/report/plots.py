@@ -405,13 +405,22 @@ def _regime_panel(ax, g: pd.DataFrame, key: str, columns, xlabel: str, lim: floa
     lo = grid_of("speedup_ci_low").reindex(index=grid.index)
     hi = grid_of("speedup_ci_high").reindex(index=grid.index)
     floor = hi[hi.index.str.startswith("plain\n")].max(axis=0).reindex(columns).fillna(1.0).clip(lower=1.0)
+    # Each cell's speedup, and below it its share of the perfect-draft ceiling where one ran.
+    share = (
+        grid_of("ceiling_share").reindex(index=grid.index, columns=columns)
+        if "ceiling_share" in g and g.ceiling_share.notna().any()
+        else None
+    )
+    text = grid.map(lambda v: "" if pd.isna(v) else f"{v:.2f}")
+    if share is not None:
+        text = text + share.map(lambda v: "" if pd.isna(v) else f"\n{v:.0%} of ceil.")
     sns.heatmap(
         grid,
         ax=ax,
         cmap="RdBu",
         norm=TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=lim),
-        annot=True,
-        fmt=".2f",
+        annot=text.values,
+        fmt="",
         annot_kws={"fontsize": 7},
         cbar=cbar,
         cbar_kws={"label": "decode speedup over plain (median)"},

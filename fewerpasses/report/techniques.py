@@ -35,6 +35,7 @@ COLUMNS = [
     "token_agreement",
     "draft_share",
     "replayed_speedup",
+    "ceiling_share",
 ]
 
 
@@ -60,7 +61,10 @@ def _row(target, technique, config, cell, quality, extra_gb=0.0, draft="-", basi
         # time, and the speedup its rounds predict at the measured verify costs.
         "draft_share": cell.get("draft_share"),
         "replayed_speedup": cell.get("replayed_speedup"),
+        # Its speedup over the perfect-draft ceiling's for the same target (filled by compare).
+        "ceiling_share": float("nan"),
         "_cell": cell,
+        "_bound": False,
     }
 
 
@@ -99,7 +103,9 @@ def compare(
         if aa is not None:
             rows.append(_row(t, "plain", "mlx-lm generate_step (A/A: plain against plain)", aa, q, basis="own answers"))
         for tech, row_name, label, cell in chosen_rows(t, cells, earlier_study or {}, REGISTRY.values()):
-            if tech.lossless:
+            if tech.bound:
+                score, basis = float("nan"), "none: a bound, not run on the question set"
+            elif tech.lossless:
                 score, basis = _checked_quality(checks.get(t), row_name, q)
                 if not cell["lossless"]:
                     score, basis = float("nan"), "none: diverged on the prompts"
@@ -107,18 +113,30 @@ def compare(
                 own = tech.own_quality(cell, own_quality or []) if tech.own_quality else None
                 score, basis = (own["score"], "own answers") if own else (float("nan"), "not scored")
             source = cell.get("draft_source") or {}
-            rows.append(
-                _row(
-                    t,
-                    row_name,
-                    label,
-                    cell,
-                    score,
-                    cell.get("extra_weight_gb", 0.0),
-                    source.get("name", "-") if source.get("kind") in ("model", "adapter") else "-",
-                    basis=basis,
-                )
+            row = _row(
+                t,
+                row_name,
+                label,
+                cell,
+                score,
+                cell.get("extra_weight_gb", 0.0),
+                source.get("name", "-") if source.get("kind") in ("model", "adapter") else "-",
+                basis=basis,
             )
+            rows.append({**row, "_bound": tech.bound})
+    return with_ceiling_share(rows)
+
+
+def with_ceiling_share(rows: List[Dict]) -> List[Dict]:
+    """Each technique row's speedup as a share of its target's perfect-draft ceiling (the best
+    bound row's speedup), where that target has one; NaN for plain, the bound and elsewhere."""
+    ceiling = {}
+    for r in rows:
+        if r["_bound"]:
+            ceiling[r["target"]] = max(ceiling.get(r["target"], 0.0), r["speedup"])
+    for r in rows:
+        if not r["_bound"] and r["technique"] != "plain" and r["target"] in ceiling:
+            r["ceiling_share"] = r["speedup"] / ceiling[r["target"]]
     return rows
 
 
@@ -134,6 +152,7 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
                         "target": r["target"],
                         "technique": r["technique"],
                         "config": r["config"],
+                        "bound": r["_bound"],
                         "prompt_id": pp["prompt_id"],
                         "category": pp.get("category") or "-",
                         "prompt_tokens": pp.get("prompt_tokens"),
@@ -198,9 +217,19 @@ def category_frame(per_prompt: pd.DataFrame, by: str = "category") -> pd.DataFra
                     else float("nan"),
                     "prompts": c.prompt_id.nunique(),
                     "pairs": len(c),
+                    "bound": bool(c.bound.any()) if "bound" in c else False,
                 }
             )
-    return pd.DataFrame(out)
+    frame = pd.DataFrame(out)
+    if frame.empty:
+        return frame
+    # Each row's speedup as a share of the ceiling's in the same column (target and category).
+    ceiling = frame[frame.bound].groupby(["target", by]).speedup.max()
+    share = [
+        ceiling.get((t, c), float("nan")) if not b and tech != "plain" else float("nan")
+        for t, c, b, tech in zip(frame.target, frame[by], frame.bound, frame.technique)
+    ]
+    return frame.assign(ceiling_share=frame.speedup / pd.Series(share, index=frame.index))
 
 
 def leaderboard(by_category: pd.DataFrame, by: str = "category") -> str:
@@ -225,9 +254,15 @@ def leaderboard(by_category: pd.DataFrame, by: str = "category") -> str:
                     if tech == "diffusion" and "token_agreement" in x and pd.notna(x.token_agreement)
                     else ""
                 )
+                share = (
+                    f"<br>{x.ceiling_share:.0%} of ceiling"
+                    if "ceiling_share" in x and pd.notna(x.ceiling_share)
+                    else ""
+                )
                 cells.append(
                     f"{x.speedup:.2f}x [{x.speedup_ci_low:.2f}, {x.speedup_ci_high:.2f}]<br>{x.tokens_per_pass:.2f} tok/pass"
                     + agree
+                    + share
                 )
             lines.append(f"| {tech} | {config} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -321,6 +356,7 @@ def write_comparison(
         else ("yes" if x else "**NO**")
         for t, x, a in zip(df.technique, df.lossless, df.token_agreement)
     ]
+    show["ceiling_share"] = ["-" if pd.isna(x) else f"{x:.0%}" for x in df.ceiling_share]
     show = show.drop(columns=["token_agreement", "draft_share", "replayed_speedup"])
     show = show.drop(columns=["speedup_ci_low", "speedup_ci_high"])
     write_text(md_path, show.to_markdown(index=False, floatfmt=".3g") + "\n")
