@@ -12,10 +12,11 @@ from .core.technique import Technique
 from .diffusion.technique import TECHNIQUE as DIFFUSION
 from .layerskip.technique import TECHNIQUE as LAYERSKIP
 from .lookup.technique import TECHNIQUE as LOOKUP
+from .suffix.technique import TECHNIQUE as SUFFIX
 from .twomodel.technique import TECHNIQUE as TWOMODEL
 
 # In the order the comparison lists them.
-REGISTRY: Dict[str, Technique] = {t.name: t for t in (LAYERSKIP, TWOMODEL, LOOKUP, DIFFUSION, CEILING)}
+REGISTRY: Dict[str, Technique] = {t.name: t for t in (LAYERSKIP, TWOMODEL, LOOKUP, SUFFIX, DIFFUSION, CEILING)}
 
 
 def technique(name: str) -> Technique:

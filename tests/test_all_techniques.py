@@ -1,6 +1,6 @@
 """A real Snakemake run of every technique of the registry on tiny models: layer skipping,
-two-model speculation, prompt lookup, a diffusion adapter and the perfect-draft ceiling, with
-quality, the question-set check of the lossless rows, and the techniques table."""
+two-model speculation, prompt lookup, suffix drafting, a diffusion adapter and the perfect-draft
+ceiling, with quality, the question-set check of the lossless rows, and the techniques table."""
 
 import json
 
@@ -38,6 +38,7 @@ def run(tmp_path_factory):
         "layerskip": {"strategies": ["middle"], "skip_fractions": [0.4], "draft_lengths": [2]},
         "twomodel": {"pairs": [{"target": "tiny", "draft": "tiny-draft"}], "draft_lengths": [2]},
         "lookup": {"models": ["tiny"], "max_ngrams": [3], "min_ngram": 1, "draft_lengths": [4]},
+        "suffix": {"models": ["tiny"], "draft_lengths": [4]},
         "ceiling": {"models": ["tiny"], "draft_lengths": [4]},
         "quality": {"question_set": "stdlib_quiz", "max_tokens": 8, "models": ["tiny"]},
         "diffusion": {"pairs": [{"model": "tiny-diff", "baseline": "tiny"}], "block_lengths": [8], "thresholds": [0.9]},
@@ -96,6 +97,7 @@ def test_lossless_rows_are_checked_on_the_question_set(run):
             "two-model (best)",
             "two-model (earlier study)",
             "prompt lookup (best)",
+            "suffix drafting (best)",
         ],
         techniques,
     )
@@ -115,6 +117,7 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
         "two-model (best)",
         "two-model (earlier study)",
         "prompt lookup (best)",
+        "suffix drafting (best)",
         "diffusion",
         "perfect-draft ceiling (bound)",
     ]
@@ -130,7 +133,7 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
     q = json.loads((d / "results/quality/tiny-diff/stdlib_quiz/block8_thr0.9.json").read_text())
     assert diff.quality == pytest.approx(q["score"]) and diff.quality_basis == "own answers"
     assert diff.config == "block 8, threshold 0.9" and diff.draft == "tiny-diff"
-    spec = df[df.technique.str.startswith(("layer skipping", "two-model", "prompt lookup"))]
+    spec = df[df.technique.str.startswith(("layer skipping", "two-model", "prompt lookup", "suffix"))]
     assert (spec.quality_basis == "own answers (= plain's tokens)").all()
     per_prompt = pd.read_csv(d / "results/tables/techniques_per_prompt.csv")
     rows = per_prompt[per_prompt.technique == "diffusion"]

@@ -1,0 +1,121 @@
+"""A suffix-drafting cell: plain decoding against prompt lookup's loop drafting from a suffix
+trie, for one (draft length, memory), every token checked against the reference.
+
+Memory across prompts (`memory="set"`): a run of a prompt may also draft from the model's
+answers to the set's *other* prompts, as this cell's earlier runs produced them (each prompt's
+latest answer, warm-up included); never from its own prompt's earlier runs or from any
+reference answer. With `memory="prompt"` a run drafts from its prompt and its output so far
+only. Each timed run records what its memory held (`memory_runs`)."""
+
+import statistics
+from typing import Dict, List
+
+from ..lookup.cell import gated
+from ..lookup.draft import DraftPolicy
+from ..lookup.loop import lookup_stream
+from ..measure.cell import Candidate, run_cell
+from ..measure.costs import decode_costs, replayed_speedup
+from .draft import SuffixIndex, SuffixSettings
+
+MEMORIES = ("prompt", "set")
+
+
+def suffix_cell(
+    model_path,
+    reference: Dict,
+    prompt_set_path,
+    *,
+    model_name: str,
+    num_draft: int,
+    memory: str,
+    max_depth: int,
+    min_match: int,
+    match_factor: float,
+    min_prob: float,
+    cost_gate: bool,
+    max_tokens: int,
+    repeats: int,
+    warmup: int,
+    cost_repeats: int = 5,
+) -> Dict:
+    """Run one suffix-drafting cell and return its JSON (measure.results), with the verify
+    costs it measured, the speedup its rounds predict at them, and what each run's memory held."""
+    if memory not in MEMORIES:
+        raise ValueError(f"memory must be one of {MEMORIES}, got {memory!r}")
+    settings_ = SuffixSettings(max_depth=max_depth, min_match=min_match, match_factor=match_factor, min_prob=min_prob)
+    # The n-gram lengths of the policy are unused: the trie finds the match.
+    policy = DraftPolicy(num_draft=num_draft, max_ngram=max(1, min_match), min_ngram=max(1, min_match))
+    settings = {
+        "technique": "suffix",
+        "target": model_name,
+        "draft_source": {
+            "kind": "context" if memory == "prompt" else "context and other prompts' answers",
+            "name": "-",
+        },
+        "engine": "ours",
+        "num_draft": num_draft,
+        "memory": memory,
+        "max_depth": max_depth,
+        "min_match": min_match,
+        "match_factor": match_factor,
+        "min_prob": min_prob,
+        "cost_gate": cost_gate,
+        "max_tokens": max_tokens,
+        "repeats": repeats,
+        "warmup": warmup,
+    }
+    context = statistics.median_low(o["prompt_tokens"] for o in reference["outputs"])
+    state: Dict = {"memory_runs": []}
+    # Each prompt's latest answer in this cell, keyed by its tokens.
+    answers: Dict[tuple, List[int]] = {}
+
+    def build(model, tokenizer):
+        costs = decode_costs(model, [0] * context, range(1, num_draft + 2), cost_repeats)
+        state["costs"] = costs
+        run = gated(policy, costs) if cost_gate else policy
+
+        def stream(prompt, caches=None):
+            key = tuple(prompt.tolist())
+            others = [a for k, a in answers.items() if k != key] if memory == "set" else []
+            state["memory_runs"].append({"answers": len(others), "tokens": sum(map(len, others))})
+            answers[key] = emitted = []
+            index = lambda p, _: SuffixIndex(p, settings_, others, emitted)  # noqa: E731
+            return lookup_stream(model, prompt, max_tokens, run, caches, index=index)
+
+        return Candidate(stream, {"extra_weight_gb": 0.0})
+
+    result = run_cell(model_path, reference, prompt_set_path, settings, build)
+    costs = state["costs"]
+    result["verify_costs"] = {
+        "context": context,
+        "seconds": {str(k): v for k, v in costs.verify.items()},
+        "plain_token_seconds": costs.plain_token,
+    }
+    result["replayed_speedup"] = replayed_speedup(
+        result["rounds"], costs.verify, 1.0 / result["baseline_tps"], costs.restart
+    )
+    # In call order: the warm-up's run first, then each timed run as the pairs ran.
+    result["memory_runs"] = state["memory_runs"]
+    return result
+
+
+def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
+    """The candidate a finished cell ran, as `prompt -> TokenStream`, for other prompts (the
+    question set): with memory across prompts, each question may draft from the answers to
+    the questions run before it."""
+    from ..lookup.cell import costs_of
+
+    s = SuffixSettings(cell["max_depth"], cell["min_match"], cell["match_factor"], cell["min_prob"])
+    policy = DraftPolicy(cell["num_draft"], max(1, cell["min_match"]), max(1, cell["min_match"]))
+    if cell.get("cost_gate"):
+        policy = gated(policy, costs_of(cell["verify_costs"]))
+    answers: Dict[tuple, List[int]] = {}
+
+    def stream(prompt, caches=None):
+        key = tuple(prompt.tolist())
+        others = [a for k, a in answers.items() if k != key] if cell["memory"] == "set" else []
+        answers[key] = emitted = []
+        index = lambda p, _: SuffixIndex(p, s, others, emitted)  # noqa: E731
+        return lookup_stream(model, prompt, max_tokens, policy, caches, index=index)
+
+    return stream

@@ -1,0 +1,73 @@
+"""Suffix drafting in the technique registry: config section `suffix` (models, draft lengths,
+memory across prompts, and how a match is found and sized); its cell rule is `suffix_cell`
+(rules/suffix.smk)."""
+
+from typing import Dict, List
+
+from ..core.technique import ConfigError, Technique, best, generation_settings
+
+
+def _section(config: Dict) -> Dict:
+    return config.get("suffix") or {}
+
+
+def grid(config: Dict) -> List[Dict[str, str]]:
+    s = _section(config)
+    return [
+        {"model": m, "draft": str(k), "memory": memory}
+        for m in s.get("models", [])
+        for k in s["draft_lengths"]
+        for memory in s["memory"]
+    ]
+
+
+def params(wildcards, config: Dict) -> Dict:
+    s = _section(config)
+    return {
+        "num_draft": int(wildcards.draft),
+        "memory": wildcards.memory,
+        **{k: s[k] for k in ("max_depth", "min_match", "match_factor", "min_prob", "cost_gate")},
+        **generation_settings(config),
+    }
+
+
+def label(cell: Dict) -> str:
+    memory = "with memory across prompts" if cell["memory"] == "set" else "prompt and output only"
+    gate = ", cost-gated" if cell.get("cost_gate") else ""
+    return f"suffix trie, k<={cell['num_draft']}{gate}, {memory}"
+
+
+def rows(target: str, cells: List[Dict], earlier=None):
+    """Its best cell without memory across prompts, and its best with it: the second column
+    the issue's comparison asks for, apart so rows without memory stay comparable."""
+    out = []
+    for memory, name in (("prompt", "suffix drafting (best)"), ("set", "suffix drafting, memory across prompts")):
+        b = best([c for c in cells if c["memory"] == memory])
+        if b is not None:
+            out.append((name, label(b), b))
+    return out
+
+
+def check(config: Dict, basedir: str = ".") -> None:
+    s = _section(config)
+    for name in s.get("models", []):
+        if name not in config["models"]:
+            raise ConfigError(f"suffix.models: '{name}' is not a configured model")
+        if config["models"][name].get("base"):
+            raise ConfigError(f"suffix.models: '{name}' is a diffusion adapter, not an autoregressive model")
+    if s and not 1 <= s["min_match"] < s["max_depth"]:
+        raise ConfigError(f"suffix.min_match: {s['min_match']} must be below suffix.max_depth ({s['max_depth']})")
+
+
+TECHNIQUE = Technique(
+    name="suffix",
+    label="suffix drafting",
+    lossless=True,
+    grid=grid,
+    targets=lambda config: list(_section(config).get("models", [])),
+    rows=rows,
+    rebuild="fewerpasses.suffix.cell:candidate_from_cell",
+    params=params,
+    wildcards={"memory": "prompt|set"},
+    check=check,
+)

@@ -1,0 +1,127 @@
+"""Suffix drafting (fewerpasses/suffix/): the trie finds the longest earlier match at any
+history length, ranks continuations by how often they followed, sizes drafts by the match,
+keeps plain decoding's tokens, and with memory across prompts drafts from the other prompts'
+answers only."""
+
+import mlx.core as mx
+import pytest
+
+from fewerpasses.core.models import load
+from fewerpasses.lookup.draft import DraftPolicy
+from fewerpasses.lookup.loop import lookup_stream
+from fewerpasses.measure.reference import reference_outputs
+from fewerpasses.measure.streams import plain_stream, timed_generation
+from fewerpasses.suffix.cell import candidate_from_cell, suffix_cell
+from fewerpasses.suffix.draft import SuffixIndex, SuffixSettings
+from fewerpasses.suffix.technique import grid, rows
+from tiny_models import write_model_dir
+
+S = SuffixSettings(max_depth=8, min_match=2, match_factor=1.0, min_prob=0.1)
+
+
+def test_the_longest_earlier_match_drafts_what_followed_it():
+    text = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    index = SuffixIndex(text + [50, 51] + text[:3], S)
+    assert index.match_length() == 3
+    # At most match_factor x the match's length: three tokens for a 3-token match.
+    assert index.continuation(8) == [4, 5, 6]
+    index.append(4)
+    assert index.match_length() == 4 and index.continuation(8) == [5, 6, 7, 8]
+    assert SuffixIndex([1, 2, 3, 4], S).continuation(4) == []
+
+
+def test_continuations_are_ranked_by_how_often_they_followed():
+    # "1 2" was followed by 7 twice and by 9 once (most recently): the count wins.
+    index = SuffixIndex([1, 2, 7, 5, 1, 2, 7, 6, 1, 2, 9, 4, 1, 2], S)
+    assert index.continuation(1) == [7]
+    # A path whose estimated chance falls below min_prob stops there.
+    rare = SuffixSettings(max_depth=8, min_match=2, min_prob=0.7)
+    assert SuffixIndex([1, 2, 7, 5, 1, 2, 7, 6, 1, 2, 9, 4, 1, 2], rare).continuation(2) == []
+
+
+def test_a_match_longer_than_the_depth_still_drafts_in_full():
+    passage = list(range(100, 140))
+    index = SuffixIndex(passage + [7] + passage[:20], SuffixSettings(max_depth=16, min_match=2, match_factor=4.0))
+    assert index.match_length() == 15
+    assert index.continuation(8) == passage[20:28]
+
+
+def test_matching_costs_the_same_at_any_history_length():
+    # The trie's work per token is bounded by its depth: appending to a long history touches
+    # at most max_depth + 1 nodes, as appending to a short one does.
+    short = SuffixIndex(list(range(10)), S)
+    long = SuffixIndex([i % 97 for i in range(5000)], S)
+    assert len(short.active) <= S.max_depth + 1 and len(long.active) == S.max_depth + 1
+
+
+def test_memory_is_searched_but_never_joined_to_the_history():
+    memory = [[40, 41, 42, 43, 44]]
+    index = SuffixIndex([1, 2, 40, 41], S, memory)
+    assert index.continuation(3) == [42, 43]
+    # The memory's last tokens followed by the prompt's first are no match: no joined text.
+    assert SuffixIndex([44, 1], S, [[43, 44]]).continuation(2) == []
+    emitted = []
+    index = SuffixIndex([5, 6], S, emitted=emitted)
+    index.append(9)
+    assert emitted == [9]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = write_model_dir(tmp_path_factory.mktemp("suffix") / "m", "llama", layers=4, seed=3)
+    return d, *load(d)
+
+
+@pytest.mark.parametrize("k", [2, 8])
+def test_suffix_drafting_gives_plain_decodings_tokens(tiny, k):
+    _, model, _ = tiny
+    policy = DraftPolicy(num_draft=k, max_ngram=2, min_ngram=2)
+    drafted = 0
+    for tokens in ([5, 17, 42, 99, 5, 17, 42, 99, 5, 17], list(range(20, 50)), [3, 3, 3, 3, 3]):
+        prompt = mx.array(tokens, dtype=mx.uint32)
+        plain = timed_generation(lambda: plain_stream(model, prompt, 30), len(tokens))
+        index = lambda p, _: SuffixIndex(p, S)  # noqa: E731
+        out = timed_generation(lambda: lookup_stream(model, prompt, 30, policy, index=index), len(tokens))
+        assert out.tokens == plain.tokens
+        drafted += out.drafted
+    assert drafted > 0
+
+
+@pytest.mark.parametrize("memory", ["prompt", "set"])
+def test_a_suffix_cell_is_lossless_and_says_what_its_memory_held(tiny, repo, memory):
+    path, model, _ = tiny
+    prompts = repo / "config/prompts/stdlib_code.yaml"
+    ref = reference_outputs(path, prompts, 16, "tiny")
+    kw = dict(max_depth=16, min_match=2, match_factor=2.0, min_prob=0.1, cost_gate=True, cost_repeats=1)
+    cell = suffix_cell(
+        path, ref, prompts, model_name="tiny", num_draft=4, memory=memory, max_tokens=16, repeats=2, warmup=1, **kw
+    )
+    assert cell["technique"] == "suffix" and cell["memory"] == memory and cell["lossless"]
+    n = len(cell["per_prompt"])
+    held = cell["memory_runs"]
+    # One warm-up run, then every timed run, in order.
+    assert len(held) == 1 + 2 * n
+    if memory == "prompt":
+        assert all(h == {"answers": 0, "tokens": 0} for h in held)
+    else:
+        # Never its own prompt's answer: at most the other prompts', and all of them by repeat 2.
+        assert all(h["answers"] <= n - 1 for h in held) and all(h["answers"] == n - 1 for h in held[1 + n :])
+    assert cell["replayed_speedup"] > 0 and set(cell["verify_costs"]["seconds"]) == {"1", "2", "3", "4", "5"}
+    make = candidate_from_cell(model, cell, 16, {})
+    prompt = mx.array([7, 8, 9, 10, 11, 7, 8, 9], dtype=mx.uint32)
+    assert (
+        timed_generation(lambda: make(prompt), 8).tokens
+        == timed_generation(lambda: plain_stream(model, prompt, 16), 8).tokens
+    )
+
+
+def test_the_grid_and_its_two_rows():
+    config = {"suffix": {"models": ["m"], "draft_lengths": [4, 8], "memory": ["prompt", "set"]}}
+    assert len(grid(config)) == 4
+    cells = [
+        {"memory": "prompt", "speedup": 1.1, "num_draft": 4, "cost_gate": True},
+        {"memory": "prompt", "speedup": 1.3, "num_draft": 8, "cost_gate": True},
+        {"memory": "set", "speedup": 1.5, "num_draft": 8, "cost_gate": True},
+    ]
+    names = [(name, cell["speedup"]) for name, _, cell in rows("m", cells)]
+    assert names == [("suffix drafting (best)", 1.3), ("suffix drafting, memory across prompts", 1.5)]
