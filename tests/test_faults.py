@@ -48,18 +48,16 @@ def start(d: Path, *args) -> subprocess.Popen:
 
 
 def script_pids(d: Path, script: str):
-    """Pids of the Python processes running this workdir's copy of a rule's script."""
+    """Pids of the Python processes running this workdir's copy of a rule's script (psutil,
+    a Snakemake dependency, reads them on Linux and macOS alike)."""
+    import psutil
+
     marker = f"{d}/.snakemake/scripts/"
     pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info.get("cmdline") or []
         if any(a.startswith(marker) and a.endswith(script) for a in cmd):
-            pids.append(int(proc.name))
+            pids.append(proc.info["pid"])
     return pids
 
 
