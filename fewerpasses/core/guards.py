@@ -9,6 +9,8 @@ preload, so changing them never reruns a finished job. They can be set by hand t
   FEWERPASSES_MEMORY_LIMIT_GB   the memory to assume available instead of measuring it
   FEWERPASSES_ALLOW_OVERSIZE    1: only warn when a model does not fit, and load it anyway
   FEWERPASSES_REQUIRE_LOSSLESS  1: a cell whose tokens diverge from the reference fails
+  FEWERPASSES_TIE_TOLERANCE     a divergence whose margin is below this is a numerical tie
+                                (measure/ties.py; default 0.05 nats)
 """
 
 import os
@@ -21,6 +23,7 @@ HEADROOM = "FEWERPASSES_MEMORY_HEADROOM"
 LIMIT_GB = "FEWERPASSES_MEMORY_LIMIT_GB"
 ALLOW_OVERSIZE = "FEWERPASSES_ALLOW_OVERSIZE"
 REQUIRE_LOSSLESS = "FEWERPASSES_REQUIRE_LOSSLESS"
+TIE_TOLERANCE = "FEWERPASSES_TIE_TOLERANCE"
 DEFAULT_HEADROOM = 1.2
 
 
@@ -105,4 +108,6 @@ def guard_environment(config: Dict) -> Dict[str, str]:
         env[ALLOW_OVERSIZE] = "1" if guard["allow_oversize"] else "0"
     if "require_lossless" in config.get("generation", {}):
         env[REQUIRE_LOSSLESS] = "1" if config["generation"]["require_lossless"] else "0"
+    if config.get("generation", {}).get("tie_tolerance") is not None:
+        env[TIE_TOLERANCE] = str(config["generation"]["tie_tolerance"])
     return env

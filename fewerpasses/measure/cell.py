@@ -19,6 +19,7 @@ from ..core.prompts import encoded_prompts, eos_ids
 from .protocol import paired_runs
 from .reference import reference_tokens, stored_answers
 from .results import measured_result
+from .ties import classify, tie_tolerance
 from .streams import TokenStream, greedy_answer, plain_stream
 
 
@@ -88,9 +89,13 @@ def run_cell(
     )
     extra = candidate.extra() if callable(candidate.extra) else candidate.extra
     extra = {"n_layers": len(model.layers), "same_vocabulary": same_vocab, **extra}
-    return measured_result(
+    result = measured_result(
         cfg, extra, records, ref if same_vocab else None, t0, started_at, lossless_expected=lossless_expected
     )
+    if lossless_expected and same_vocab:
+        # Each divergence, told apart: a numerical tie or a real one (measure/ties.py).
+        result.update(classify(result["per_prompt"], prompts, records, ref, model, tie_tolerance()))
+    return result
 
 
 def noise_cell(

@@ -62,17 +62,35 @@ def diverged_path(path) -> Path:
 def divergence_summary(cell: Dict) -> str:
     """Where a cell's tokens left the reference: 'prompt <id> at token <i>' per divergent run."""
     bad = [p for p in cell.get("per_prompt", []) if not p["lossless"]]
-    return ", ".join(f"prompt {p['prompt_id']} at token {p['first_divergence']}" for p in bad)
+
+    def one(p):
+        d = p.get("divergence") or {}
+        kind = ""
+        if d.get("margin") is not None:
+            kind = f" ({'numerical tie' if d['tie'] else 'real divergence'}, margin {d['margin']:.3g})"
+        return f"prompt {p['prompt_id']} at token {p['first_divergence']}{kind}"
+
+    return ", ".join(one(p) for p in bad)
+
+
+def real_divergences(cell: Dict) -> int:
+    """Divergences that are not numerical ties (measure/ties.py); a cell from before ties
+    were told apart counts every divergent prompt."""
+    if "real_divergences" in cell:
+        return cell["real_divergences"]
+    divergent = sum(1 for p in cell.get("per_prompt", []) if p.get("lossless") is False)
+    return divergent or int(cell.get("lossless") is False)
 
 
 def write_cell(cell: Dict, path) -> None:
     """Write a cell atomically (core/atomic.py), unless it must be refused.
 
-    A lossless technique's cell that diverged, under `generation.require_lossless`, is
-    written to `<name>.diverged.json` instead and the job fails, naming where its tokens
-    diverged. Every other result is written with `core.atomic.write_json`."""
+    A lossless technique's cell with a real divergence (not a numerical tie), under
+    `generation.require_lossless`, is written to `<name>.diverged.json` instead and the job
+    fails, naming where its tokens diverged. Every other result is written with
+    `core.atomic.write_json`."""
     path = Path(path)
-    if cell.get("lossless_expected", True) and cell.get("lossless") is False and require_lossless():
+    if cell.get("lossless_expected", True) and real_divergences(cell) and require_lossless():
         atomic.write_json(cell, diverged_path(path))
         raise DivergenceError(
             f"{path}: the speculative tokens diverged from the reference ({divergence_summary(cell)}) and "

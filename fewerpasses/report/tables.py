@@ -40,6 +40,8 @@ COLUMNS = [
     "acceptance_rate",
     "tokens_per_pass",
     "lossless",
+    "numerical_ties",
+    "real_divergences",
     "peak_memory_gb",
     "blas",
     "divergence",
@@ -70,10 +72,26 @@ def sublayer_label(records) -> str:
 
 
 def divergence_text(cell: dict) -> str:
-    """Where a cell's speculative tokens first left the reference ('' when lossless)."""
-    return "; ".join(
-        f"{p['prompt_id']} at token {p['first_divergence']}" for p in cell.get("per_prompt", []) if not p["lossless"]
-    )
+    """Where a cell's speculative tokens first left the reference, each a numerical tie or a
+    real divergence with its margin where the cell told them apart ('' when lossless)."""
+    from ..measure.results import divergence_summary
+
+    return divergence_summary(cell).replace(", prompt ", "; ").removeprefix("prompt ")
+
+
+def real_divergences(cell: dict) -> int:
+    from ..measure.results import real_divergences as count
+
+    return count(cell)
+
+
+def lossless_text(lossless, ties, real) -> str:
+    """The table's word for a cell's check: yes, yes with its numerical ties, or NO."""
+    if lossless:
+        return "yes"
+    if not real and ties:
+        return f"yes, {int(ties)} numerical tie{'s' if ties > 1 else ''}"
+    return "**NO: diverged**"
 
 
 def cell_label(r) -> str:
@@ -181,6 +199,8 @@ def sweep_table(cells: List[dict], profiles: Optional[Dict[str, dict]] = None) -
                 "speedup_ci_high": c["speedup_ci"][1],
                 "blas": (c["environment"].get("blas") or "-").split(" (")[0],
                 "divergence": divergence_text(c),
+                "numerical_ties": c.get("numerical_ties", 0),
+                "real_divergences": real_divergences(c),
             }
         )
     df = pd.DataFrame(rows, columns=COLUMNS)
@@ -192,7 +212,7 @@ def markdown_table(df: pd.DataFrame) -> str:
     show["speedup"] = [
         f"{s:.2f}x [{lo:.2f}, {hi:.2f}]" for s, lo, hi in zip(df.speedup, df.speedup_ci_low, df.speedup_ci_high)
     ]
-    show["lossless"] = ["yes" if x else "**NO: diverged**" for x in df.lossless]
+    show["lossless"] = [lossless_text(x, t, r) for x, t, r in zip(df.lossless, df.numerical_ties, df.real_divergences)]
     show["acceptance_rate"] = ["-" if pd.isna(a) else f"{a:.0%}" for a in df.acceptance_rate]
     show["skipped"] = [
         "none (plain fallback)" if fb else (sub if len(sub) < 40 else f"{len(sub.split())} sublayers")
@@ -229,7 +249,16 @@ def summary_markdown(df: pd.DataFrame, cells: List[dict], noise: Optional[Dict[s
         f"{len(df)} cells; lossless (every token equal to mlx-lm's greedy output): "
         f"{int(df.lossless.sum())} of {len(df)}."
     )
-    bad = df[~df.lossless.astype(bool)]
+    tied = df[~df.lossless.astype(bool) & (df.real_divergences == 0)]
+    if len(tied):
+        lines.append("")
+        lines.append(
+            f"**Cells whose only divergences are numerical ties, {len(tied)}** (the two tokens within "
+            "generation.tie_tolerance on plain decoding's numerics; measure/ties.py):"
+        )
+        lines.append("")
+        lines += [f"- {cell_label(r)}: {r.divergence}" for r in tied.head(MAX_LISTED).itertuples()]
+    bad = df[df.real_divergences > 0]
     if len(bad):
         lines.append("")
         lines.append(f"**Divergent cells (not lossless), {len(bad)}:**")
@@ -296,7 +325,7 @@ def write_sweep(
     cells = load_cells(cell_paths)
     profiles = {p["model"]: p for p in load_cells(profile_paths)}
     df = sweep_table(cells, profiles)
-    bad = df[~df.lossless.astype(bool)]
+    bad = df[df.real_divergences > 0]
     if require_lossless and len(bad):
         raise ValueError(
             f"generation.require_lossless is set, but {len(bad)} cell(s) diverged from the reference: "

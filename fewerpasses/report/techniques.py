@@ -15,6 +15,7 @@ from typing import Dict, List, Optional
 import pandas as pd
 
 from ..techniques import REGISTRY, chosen_rows
+from .tables import lossless_text, real_divergences
 
 COLUMNS = [
     "target",
@@ -32,6 +33,7 @@ COLUMNS = [
     "tokens_per_pass",
     "acceptance_rate",
     "lossless",
+    "numerical_ties",
     "token_agreement",
     "draft_share",
     "replayed_speedup",
@@ -56,6 +58,7 @@ def _row(target, technique, config, cell, quality, extra_gb=0.0, draft="-", basi
         "tokens_per_pass": cell["tokens_per_pass"],
         "acceptance_rate": cell["acceptance_rate"],
         "lossless": cell["lossless"],
+        "numerical_ties": cell.get("numerical_ties", 0),
         "token_agreement": cell.get("token_agreement"),
         # Where a technique measures them (prompt lookup): its drafting time over its total
         # time, and the speedup its rounds predict at the measured verify costs.
@@ -107,7 +110,7 @@ def compare(
                 score, basis = float("nan"), "none: a bound, not run on the question set"
             elif tech.lossless:
                 score, basis = _checked_quality(checks.get(t), row_name, q)
-                if not cell["lossless"]:
+                if not cell["lossless"] and real_divergences(cell):
                     score, basis = float("nan"), "none: diverged on the prompts"
             else:
                 own = tech.own_quality(cell, own_quality or []) if tech.own_quality else None
@@ -350,11 +353,13 @@ def write_comparison(
     show["speedup"] = [
         f"{s:.2f}x [{lo:.2f}, {hi:.2f}]" for s, lo, hi in zip(df.speedup, df.speedup_ci_low, df.speedup_ci_high)
     ]
+    # Divergences that are not numerical ties, per row (measure/ties.py).
+    reals = [real_divergences(r["_cell"]) for r in rows]
     show["lossless"] = [
         ("n/a" if pd.isna(a) else f"n/a ({a:.0%} of plain's tokens)")
         if t == "diffusion"
-        else ("yes" if x else "**NO**")
-        for t, x, a in zip(df.technique, df.lossless, df.token_agreement)
+        else lossless_text(x, ties, 0 if x else real)
+        for t, x, a, ties, real in zip(df.technique, df.lossless, df.token_agreement, df.numerical_ties, reals)
     ]
     show["ceiling_share"] = ["-" if pd.isna(x) else f"{x:.0%}" for x in df.ceiling_share]
     show = show.drop(columns=["token_agreement", "draft_share", "replayed_speedup"])
