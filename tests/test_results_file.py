@@ -59,3 +59,16 @@ def test_writing_a_run_replaces_its_section_and_keeps_the_others(tmp_path):
     assert "| commit | c2 |" in text and "| commit | c1 |" not in text
     # A file that has no sections yet (or another text) gets the title and preamble once.
     assert merged(None, "x", "<!-- run: x -->\nbody\n<!-- end of run: x -->\n").count("# Results") == 1
+
+
+def test_a_macs_state_is_shown_where_its_cells_recorded_it(tmp_path):
+    from fewerpasses.report.results_file import provenance
+
+    env = {"chip": "Apple M3", "machine": "arm64", "cpu_count": 8, "memory_gb": 17.2, "macos": "14.5"}
+    env.update(gpu_cores=10, power_source="AC Power", low_power_mode=False, cpu_speed_limit=100)
+    rows = dict(provenance([{"environment": env, "started_at": 1, "wall_seconds": 1}], "snakemake --cores 1"))
+    assert rows["memory"] == "17 GB" and rows["macOS"] == "14.5" and rows["GPU cores"] == "10"
+    assert rows["power source"] == "AC Power" and rows["Low Power Mode"] == "False"
+    # Linux cells carry none of these: no empty rows for them.
+    linux = dict(provenance([{"environment": {"chip": "x", "memory_gb": 24.0}}], "snakemake --cores 1"))
+    assert "macOS" not in linux and linux["memory"] == "24 GB"

@@ -85,6 +85,19 @@ def provenance(cells: List[Dict], command: str) -> List[Tuple[str, str]]:
         ("python", _one([e.get("python") for e in envs])),
         ("mlx, mlx-lm", _one([f"{e.get('mlx')}, {e.get('mlx_lm')}" for e in envs])),
     ]
+    memory = [f"{e['memory_gb']:.0f} GB" for e in envs if e.get("memory_gb")]
+    if memory:
+        rows.insert(5, ("memory", _one(memory)))
+    # A Mac's own state at each job's start (core/environment.py: mac_state).
+    mac = [
+        ("macOS", "macos"),
+        ("GPU cores", "gpu_cores"),
+        ("Metal working set (GB)", "metal_working_set_gb"),
+        ("power source", "power_source"),
+        ("Low Power Mode", "low_power_mode"),
+        ("CPU speed limit (%)", "cpu_speed_limit"),
+    ]
+    rows += [(name, _one([e.get(key) for e in envs])) for name, key in mac if any(key in e for e in envs)]
     return rows
 
 
