@@ -57,6 +57,7 @@ include: "rules/bench.smk"
 # and read every cell, and fetching needs the network that compute nodes may lack.
 localrules:
     fetch_model,
+    fetch_prompt_set,
     prompt_set,
     layerskip_sweep,
     plot_layerskip,

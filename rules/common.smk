@@ -11,7 +11,7 @@ from snakemake.utils import validate
 
 from fewerpasses.pipeline.config import ConfigError, check_config, renamed_keys, schema_errors, timing_blas
 from fewerpasses.core.guards import guard_environment
-from fewerpasses.core.prompts import prompt_set_file
+from fewerpasses.core.prompts import FETCHED, prompt_set_file
 from fewerpasses.report.results_file import command_for, run_name
 from fewerpasses.techniques import REGISTRY as TECHNIQUES, checked, lossless
 
@@ -116,9 +116,37 @@ def get_model_dir(wildcards):
     return model_dir(wildcards.model)
 
 
+def prompt_file(name):
+    """A named prompt set's file: the local one (config/prompts/<name>.yaml or .jsonl) where it
+    is saved, else, for a set that is fetched (Spec-Bench's), the fetched copy."""
+    try:
+        return str(prompt_set_file(PROMPTS_DIR, name))
+    except FileNotFoundError:
+        if name not in FETCHED:
+            raise
+        return output_path(rules.fetch_prompt_set.output[0], prompt_set=name)
+
+
+def prompt_source(name):
+    """An input function: a named prompt set's file (prompt_file)."""
+    return lambda wildcards: prompt_file(name)
+
+
 def get_prompt_source(wildcards):
-    """A prompt set as shipped (config/prompts/<name>.yaml, or a Spec-Bench .jsonl)."""
-    return str(prompt_set_file(PROMPTS_DIR, wildcards.prompt_set))
+    return prompt_file(wildcards.prompt_set)
+
+
+def get_fetched_url(wildcards):
+    return FETCHED[wildcards.prompt_set].url
+
+
+def get_fetched_sha256(wildcards):
+    return FETCHED[wildcards.prompt_set].sha256
+
+
+def get_local_prompt_file(wildcards):
+    """Where a saved copy of a fetched set is read first."""
+    return str(PROMPTS_DIR / f"{wildcards.prompt_set}.jsonl")
 
 
 def get_prompt_set(wildcards):

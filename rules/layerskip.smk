@@ -8,7 +8,7 @@ from fewerpasses.layerskip.technique import profile_outputs
 # The section is optional: without it there are no cells, and these settings are never read.
 LAYERSKIP = config.get("layerskip") or {}
 # Drafts are chosen on prompts apart from those they are timed on (checked with the config).
-CALIBRATION_PROMPTS = str(prompt_set_file(PROMPTS_DIR, LAYERSKIP.get("calibration_set", PROMPT_SET)))
+CALIBRATION_SET = LAYERSKIP.get("calibration_set", PROMPT_SET)
 
 
 rule profile_model:
@@ -36,7 +36,7 @@ rule calibrate_model:
     input:
         model=get_model_dir,
         profile=rules.profile_model.output[0],
-        prompts=CALIBRATION_PROMPTS,
+        prompts=prompt_source(CALIBRATION_SET),
     output:
         "results/calibration/{model}.json",
     log:
@@ -59,7 +59,7 @@ rule search_model:
         model=get_model_dir,
         profile=rules.profile_model.output[0],
         calibration=rules.calibrate_model.output[0],
-        prompts=CALIBRATION_PROMPTS,
+        prompts=prompt_source(CALIBRATION_SET),
     output:
         "results/search/{model}.json",
     log:

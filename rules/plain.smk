@@ -1,7 +1,22 @@
 # Plain greedy decoding, the baseline every technique is timed against: the prompt set the
-# cells time, mlx-lm's greedy tokens on it (the ground truth lossless cells are checked
+# cells time (fetched at a pinned commit where it is not shipped or saved), mlx-lm's greedy tokens on it (the ground truth lossless cells are checked
 # against), the A/A run (plain against plain: the noise floor of every speedup) and plain
 # decoding's quality on the question set. Logs and benchmarks mirror the outputs.
+
+
+rule fetch_prompt_set:
+    output:
+        "resources/prompts/{prompt_set}.jsonl",
+    log:
+        "logs/prompts/{prompt_set}.fetch.log",
+    conda:
+        "../envs/fewerpasses.yaml"
+    params:
+        url=get_fetched_url,
+        sha256=get_fetched_sha256,
+        local=get_local_prompt_file,
+    script:
+        "../scripts/fetch_prompt_set.py"
 
 
 rule prompt_set:

@@ -22,6 +22,55 @@ PROMPT_FORMATS = ("auto", "chat", "raw")
 SUFFIXES = (".yaml", ".jsonl")
 
 
+@dataclass(frozen=True)
+class FetchedSet:
+    """A prompt set that is not shipped but fetched where no local file is saved: a file at a
+    pinned commit, checked against its SHA-256 before it is used."""
+
+    name: str
+    url: str
+    sha256: str
+
+
+_SPEC_BENCH_COMMIT = "66230f10cb0a02aced5ef3ce1e85163c16160454"  # the last commit to change the file
+# Spec-Bench's 480 questions (13 categories), as the paper's leaderboard ran them.
+FETCHED = {
+    "spec_bench": FetchedSet(
+        "spec_bench",
+        f"https://raw.githubusercontent.com/hemingkx/Spec-Bench/{_SPEC_BENCH_COMMIT}/data/spec_bench/question.jsonl",
+        "4b6d33e79484f9841c487ee87d1cf6aa8c6066f61d5d482ff09e5a007fafdf04",
+    )
+}
+
+
+def fetch_prompt_set(fetched: FetchedSet, out, local, timeout: float = 60.0) -> Path:
+    """Download `fetched` to `out` (atomically), after checking its SHA-256. `local` is where a
+    saved copy would be read instead: an error names it beside the URL."""
+    import hashlib
+    import urllib.error
+    import urllib.request
+
+    from .atomic import atomic_path
+
+    try:
+        with urllib.request.urlopen(fetched.url, timeout=timeout) as r:
+            data = r.read()
+    except (urllib.error.URLError, OSError) as e:
+        raise RuntimeError(
+            f"prompt set '{fetched.name}': no local file {local}, and fetching {fetched.url} failed ({e}). "
+            f"Save that file as {local} (a local file is always used first) and rerun."
+        ) from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != fetched.sha256:
+        raise RuntimeError(
+            f"prompt set '{fetched.name}': {fetched.url} has SHA-256 {digest}, not the pinned {fetched.sha256}; "
+            f"nothing was written. Save the file you mean to use as {local}."
+        )
+    with atomic_path(out) as tmp:
+        Path(tmp).write_bytes(data)
+    return Path(out)
+
+
 @dataclass
 class Prompt:
     id: str

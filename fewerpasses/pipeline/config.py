@@ -19,7 +19,7 @@ from ..core.sources import (  # noqa: F401
     source_error,
     source_file,
 )
-from ..core.prompts import load_prompt_set, prompt_set_file
+from ..core.prompts import FETCHED, load_prompt_set, prompt_set_file
 from ..core.technique import ConfigError, diffusion_models  # noqa: F401
 from ..layerskip.technique import format_skip, grid_models  # noqa: F401
 from ..techniques import REGISTRY, lossless
@@ -58,16 +58,20 @@ def check_config(config: Dict, basedir: str = ".") -> None:
     try:
         prompt_file = prompt_set_file(Path(basedir) / "config" / "prompts", gen["prompt_set"])
     except FileNotFoundError as e:
-        raise ConfigError(
-            f"generation.prompt_set: '{gen['prompt_set']}' has no prompt set file ({e}); a set is "
-            "config/prompts/<name>.yaml, or <name>.jsonl in Spec-Bench's format (for Spec-Bench's own "
-            "questions, save data/spec_bench/question.jsonl from github.com/hemingkx/Spec-Bench as "
-            "config/prompts/spec_bench.jsonl)"
-        ) from None
-    try:
-        load_prompt_set(prompt_file, gen.get("per_category"), gen.get("categories"))
-    except ValueError as e:
-        raise ConfigError(f"generation.prompt_set / categories / per_category: {e}") from None
+        if gen["prompt_set"] in FETCHED:
+            # Fetched by its rule before any cell (fetch_prompt_set): its categories are
+            # checked when the set is built (rule prompt_set).
+            prompt_file = None
+        else:
+            raise ConfigError(
+                f"generation.prompt_set: '{gen['prompt_set']}' has no prompt set file ({e}); a set is "
+                "config/prompts/<name>.yaml, or <name>.jsonl in Spec-Bench's format"
+            ) from None
+    if prompt_file is not None:
+        try:
+            load_prompt_set(prompt_file, gen.get("per_category"), gen.get("categories"))
+        except ValueError as e:
+            raise ConfigError(f"generation.prompt_set / categories / per_category: {e}") from None
     bench = config.get("bench")
     if bench and bench.get("model") and bench["model"] not in models:
         raise ConfigError(f"bench.model: '{bench['model']}' is not a configured model")
