@@ -212,3 +212,20 @@ def test_search_spreads_its_candidates_over_the_budgets():
     picks = spread(ranked, 4)
     assert [p["budget"] for p in picks] == [4, 9, 14, 19]
     assert len(spread(ranked, 100)) == 20 and len(spread(ranked[:3], 6)) == 3
+
+
+def test_a_stepped_verify_curve_is_priced_at_its_measured_points():
+    """A GPU's curve steps where its kernels change (one for a single row, another for
+    several): the cost model reads the measured points, not a line through them."""
+    ks, seconds = (1.0, 2.0, 4.0, 8.0), (0.010, 0.019, 0.020, 0.034)
+    lat = LatencyModel(1e-3, 0.0, 1e-3, 1e-3, 0.0, 0.003, N, verify_tokens=ks, verify_seconds=seconds)
+    assert [lat.full_pass(int(k)) for k in ks] == list(seconds)
+    assert lat.full_pass(3) == pytest.approx(0.0195) and lat.full_pass(9) > lat.full_pass(8)
+    # A profile written before the points were kept is priced by its line, as it was.
+    old = LatencyModel.from_dict({**lat.__dict__, "verify_tokens": [], "verify_seconds": [], "at_context": []})
+    assert old.full_pass(4) == pytest.approx(0.012)
+    # Re-measured at a longer context, the points there replace these.
+    far = LatencyModel.from_dict(
+        {**lat.__dict__, "at_context": [{"context": 4096, "verify_seconds": [0.02, 0.04, 0.05, 0.09]}]}
+    )
+    assert far.at(4000).full_pass(4) == 0.05

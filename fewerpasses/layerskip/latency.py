@@ -13,10 +13,14 @@ import numpy as np
 
 @dataclass
 class LatencyModel:
-    """Fitted costs in seconds. Attention at context n: piecewise-linear through the
-    measured points (memory hierarchy effects make one line a poor fit on CPUs), linear
-    beyond them; attn_a + attn_b * n is the least-squares line, reported for reference.
-    MLP: constant. One full pass of k tokens: verify_a + verify_b * k."""
+    """Costs in seconds. Attention at context n: piecewise-linear through the measured
+    points (memory hierarchy effects make one line a poor fit on CPUs), linear beyond them;
+    attn_a + attn_b * n is the least-squares line, reported for reference. MLP: constant.
+    One full pass of k tokens: the measured verify curve itself where the profile holds it
+    (`verify_tokens`, `verify_seconds`: exact at each measured k, piecewise-linear between and
+    beyond), since a GPU's curve has steps where its kernels change (one for a single row,
+    another for several) that a line smooths away; verify_a + verify_b * k, the fitted line,
+    only for a profile without the points."""
 
     attn_a: float
     attn_b: float
@@ -37,6 +41,9 @@ class LatencyModel:
     # The verify curve, in-context scales and plain token re-measured at longer contexts:
     # ({context, verify_a, verify_b, attn_scale, mlp_scale, plain_token}, ...); `at` picks one.
     at_context: Tuple[Dict, ...] = ()
+    # The verify curve as measured: pass lengths k and their seconds.
+    verify_tokens: Tuple[float, ...] = ()
+    verify_seconds: Tuple[float, ...] = ()
 
     def at(self, context: float) -> "LatencyModel":
         """The model as measured nearest `context` (on a log scale): a k-token pass costs more
@@ -58,6 +65,8 @@ class LatencyModel:
         return self.attn_scale * max(self.attn_a + self.attn_b * context, self.attn_min)
 
     def full_pass(self, k: int = 1) -> float:
+        if len(self.verify_tokens) >= 2:
+            return interpolate(self.verify_tokens, self.verify_seconds, k)
         return self.verify_a + self.verify_b * k
 
     def plain(self) -> float:
@@ -76,7 +85,7 @@ class LatencyModel:
     @classmethod
     def from_dict(cls, d: Dict) -> "LatencyModel":
         kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        for k in ("attn_contexts", "attn_seconds", "at_context"):
+        for k in ("attn_contexts", "attn_seconds", "at_context", "verify_tokens", "verify_seconds"):
             kw[k] = tuple(kw.get(k, ()))
         return cls(**kw)
 
@@ -84,9 +93,9 @@ class LatencyModel:
 def interpolate(xs, ys, x: float) -> float:
     """Piecewise-linear through (xs, ys); the end segments extend beyond them, never below min(ys)."""
     xs, ys = np.asarray(xs, float), np.asarray(ys, float)
-    if x <= xs[0]:
+    if x < xs[0]:
         i = 0
-    elif x >= xs[-1]:
+    elif x > xs[-1]:
         i = len(xs) - 2
     else:
         return float(np.interp(x, xs, ys))

@@ -182,6 +182,8 @@ def profile_model(
         attn_min=min(attn_times),
         attn_contexts=tuple(float(c) for c in contexts),
         attn_seconds=tuple(attn_times),
+        verify_tokens=tuple(float(k) for k in verify_tokens),
+        verify_seconds=tuple(verify_times),
     )
     # In-context costs are shares of the full pass timed among them; the shares apply to the
     # fitted one-token pass, which is what the rest of the model is expressed against.
@@ -214,7 +216,7 @@ def profile_model(
     }
 
 
-AT_CONTEXT_KEYS = ("verify_a", "verify_b", "attn_scale", "mlp_scale", "plain_token")
+AT_CONTEXT_KEYS = ("verify_a", "verify_b", "verify_seconds", "attn_scale", "mlp_scale", "plain_token")
 
 
 def at_longer_context(parts, fit: LatencyModel, context: int, verify_tokens: Sequence[int], repeats: int) -> Dict:
@@ -223,7 +225,15 @@ def at_longer_context(parts, fit: LatencyModel, context: int, verify_tokens: Seq
     caches = context_caches(context)
     at_ctx = passes_at_context(parts, context, verify_tokens, repeats, caches)
     verify_a, verify_b = _fit_line(verify_tokens, at_ctx["verify_seconds"])
-    local = LatencyModel(**{**asdict(fit), "verify_a": verify_a, "verify_b": verify_b, "at_context": ()})
+    local = LatencyModel(
+        **{
+            **asdict(fit),
+            "verify_a": verify_a,
+            "verify_b": verify_b,
+            "verify_seconds": tuple(at_ctx["verify_seconds"]),
+            "at_context": (),
+        }
+    )
     in_ctx = at_ctx["in_context"]
     share = local.full_pass(1) / in_ctx["full_seconds"]
     return {
