@@ -274,8 +274,8 @@ def get_bench_model(wildcards):
 
 
 def get_results_inputs(wildcards):
-    """What RESULTS.md is written from: the run's tables and figures, and its cells and A/A
-    runs (for what they recorded of the machine)."""
+    """What a run's section of RESULTS.md is written from: the run's tables and figures, and
+    its cells and A/A runs (for what they recorded of the machine)."""
     return {"tables": get_final_output(), "cells": get_all_cells() + get_noise_files()}
 
 

@@ -1,13 +1,14 @@
 # RESULTS.md: this run's tables, with the command, commit, date, versions and machine that
-# made them, as one section of the results file (`snakemake --cores 1 results`). Sections of
-# other runs already in the file are kept; re-measuring a run replaces its section.
+# made them (`snakemake --cores 1 results`, after the run and with its --configfile). The rule
+# writes the run's section to results/sections/<run>.md and merges it into RESULTS.md: the
+# sections of other runs already there are kept; re-measuring a run replaces its own.
 
 
 rule results:
     input:
         unpack(get_results_inputs),
     output:
-        "RESULTS.md",
+        output_path("results/sections/{run}.md", run=results_run_name()),
     log:
         "logs/results.log",
     conda:
@@ -15,6 +16,6 @@ rule results:
     params:
         run=results_run_name(),
         command=results_command(),
-        basedir=workflow.basedir,
+        results_file=str(Path(workflow.basedir) / "RESULTS.md"),
     script:
         "../scripts/results_file.py"

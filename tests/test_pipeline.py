@@ -370,8 +370,12 @@ def test_study_plans_the_earlier_study_cells(tmp_path):
 
 def test_results_file_is_written_by_one_command(run):
     d, _ = run
+    # Another run's section, already in the file: writing this run's keeps it.
+    other = "<!-- run: categories -->\n## Run: categories\n\n| kept |\n<!-- end of run: categories -->\n"
+    (d / "RESULTS.md").write_text("# Results\n\n" + other)
     snakemake(d, "--cores", "1", "results")
     text = (d / "RESULTS.md").read_text()
+    assert other in text and (d / "results/sections/test.md").read_text() in text
     # The run is named by its config file, and its section says how to make it again.
     assert "## Run: test" in text and "`snakemake --cores 1 --configfile config/test.yaml`" in text
     assert "| commit |" in text and "| BLAS |" in text and "Every technique against plain decoding" in text

@@ -18,9 +18,9 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 TITLE = "# Results"
 PREAMBLE = """\
-Measured figures of named runs, written by `snakemake --cores 1 results` (rule `results` in
-rules/results.smk) from each run's `results/`: a run's section is replaced when that command
-runs after it, and the other sections are kept. Never edit a figure here by hand; rerun the
+Measured figures of named runs, written by `snakemake --cores 1 results` (with the run's own
+`--configfile` after it; rule `results` in rules/results.smk) from each run's `results/`: a
+run's section is replaced when that command runs after it, and the other sections are kept. Never edit a figure here by hand; rerun the
 section's command and write it again. How to read each table: the captions in
 `results/report.html` (`snakemake --report results/report.html`) and the README."""
 
@@ -133,10 +133,17 @@ def merged(existing: Optional[str], run: str, new_section: str) -> str:
 
 
 def write_results(
-    path, run: str, command: str, results_dir, cell_paths: Iterable[str], previous: Optional[str] = None
+    path,
+    run: str,
+    command: str,
+    results_dir,
+    cell_paths: Iterable[str],
+    previous: Optional[str] = None,
+    section_path=None,
 ) -> str:
-    """Write the results file at `path` with this run's section; `previous` is the file's
-    text before this run (read from `path` where it exists and none is given)."""
+    """Write the results file at `path` with this run's section, keeping the others;
+    `previous` is the file's text before this run (read from `path` where it exists and none
+    is given). `section_path`: where the section alone is also written (the rule's output)."""
     from ..core.atomic import write_text
     from .tables import load_cells
 
@@ -146,7 +153,10 @@ def write_results(
     cells = [
         c for c in load_cells(list(cell_paths)) if isinstance(c, dict) and c.get("technique") and c.get("environment")
     ]
-    text = merged(previous, run, section(run, command, Path(results_dir), cells))
+    own = section(run, command, Path(results_dir), cells)
+    text = merged(previous, run, own)
+    if section_path is not None:
+        write_text(section_path, own)
     write_text(path, text)
     return text
 
