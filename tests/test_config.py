@@ -138,6 +138,18 @@ CASES = {
         lambda c: c.update(lookup={"models": ["tiny"], "max_ngrams": [2], "draft_lengths": [8]}),
         ["lookup.max_ngrams", "2", "lookup.min_ngram (3)"],
     ),
+    "suffix_unknown_model": (
+        lambda c: c.update(suffix={"models": ["nope"], "draft_lengths": [8]}),
+        ["suffix.models", "nope"],
+    ),
+    "suffix_match_as_deep_as_the_trie": (
+        lambda c: c.update(suffix={"models": ["tiny"], "draft_lengths": [8], "min_match": 8, "max_depth": 8}),
+        ["suffix.min_match", "8", "suffix.max_depth (8)"],
+    ),
+    "ceiling_unknown_model": (
+        lambda c: c.update(ceiling={"models": ["nope"], "draft_lengths": [8]}),
+        ["ceiling.models", "nope"],
+    ),
     "lookup_without_draft_lengths": (
         lambda c: c.update(lookup={"models": ["tiny"], "max_ngrams": [4]}),
         ["lookup", "'draft_lengths' is a required property"],

@@ -1,13 +1,11 @@
 """A perfect-draft ceiling cell: plain decoding against prompt lookup's loop drafting the
 reference answer, for one draft length, every token checked against the reference."""
 
-import statistics
 from typing import Dict
 
+from ..lookup.cell import run_drafting_cell
 from ..lookup.draft import DraftPolicy
 from ..lookup.loop import lookup_stream
-from ..measure.cell import Candidate, run_cell
-from ..measure.costs import decode_costs, replayed_speedup
 from .draft import AnswerIndex
 
 
@@ -41,27 +39,21 @@ def ceiling_cell(
         "repeats": repeats,
         "warmup": warmup,
     }
-    context = statistics.median_low(o["prompt_tokens"] for o in reference["outputs"])
-    state = {}
 
-    def build(model, tokenizer, answers):
-        costs = decode_costs(model, [0] * context, range(1, num_draft + 2), cost_repeats)
-        state["costs"] = costs
-
+    def make_stream(model, costs, answers):
         def stream(prompt, caches=None):
             answer = answers[tuple(prompt.tolist())]
             return lookup_stream(model, prompt, max_tokens, policy, caches, index=lambda p, _: AnswerIndex(p, answer))
 
-        return Candidate(stream, {"extra_weight_gb": 0.0})
+        return stream
 
-    result = run_cell(model_path, reference, prompt_set_path, settings, build, sees_answers=True)
-    costs = state["costs"]
-    result["verify_costs"] = {
-        "context": context,
-        "seconds": {str(k): v for k, v in costs.verify.items()},
-        "plain_token_seconds": costs.plain_token,
-    }
-    result["replayed_speedup"] = replayed_speedup(
-        result["rounds"], costs.verify, 1.0 / result["baseline_tps"], costs.restart
+    return run_drafting_cell(
+        model_path,
+        reference,
+        prompt_set_path,
+        settings,
+        make_stream,
+        num_draft=num_draft,
+        cost_repeats=cost_repeats,
+        sees_answers=True,
     )
-    return result

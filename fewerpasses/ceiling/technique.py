@@ -5,7 +5,7 @@ every other row is read as a share of it (report/techniques.py)."""
 
 from typing import Dict, List
 
-from ..core.technique import ConfigError, Technique, best, generation_settings
+from ..core.technique import Technique, best, check_models, generation_settings
 
 
 def _section(config: Dict) -> Dict:
@@ -28,11 +28,7 @@ def rows(target: str, cells: List[Dict], earlier=None):
 
 
 def check(config: Dict, basedir: str = ".") -> None:
-    for name in _section(config).get("models", []):
-        if name not in config["models"]:
-            raise ConfigError(f"ceiling.models: '{name}' is not a configured model")
-        if config["models"][name].get("base"):
-            raise ConfigError(f"ceiling.models: '{name}' is a diffusion adapter, not an autoregressive model")
+    check_models(config, "ceiling")
 
 
 TECHNIQUE = Technique(

@@ -142,6 +142,16 @@ def path_number(x: float) -> str:
     return f"{float(x):g}"
 
 
+def check_models(config: Config, key: str) -> None:
+    """`<key>.models` names configured autoregressive models (no diffusion adapter), else a
+    ConfigError naming the key and the model."""
+    for name in (config.get(key) or {}).get("models", []):
+        if name not in config["models"]:
+            raise ConfigError(f"{key}.models: '{name}' is not a configured model")
+        if config["models"][name].get("base"):
+            raise ConfigError(f"{key}.models: '{name}' is a diffusion adapter, not an autoregressive model")
+
+
 def diffusion_models(config: Dict) -> List[str]:
     """Models that generate by diffusion (the diffusion pairs' models and every adapter, a
     model with `base:`): no speculative technique runs on them."""

@@ -3,7 +3,7 @@ one (max n-gram, draft length), every token checked against the reference."""
 
 import statistics
 from dataclasses import replace
-from typing import Dict, Tuple
+from typing import Callable, Dict, Tuple
 
 from ..measure.cell import Candidate, run_cell
 from ..measure.costs import DecodeCosts, decode_costs, replayed_speedup
@@ -65,22 +65,42 @@ def lookup_cell(
         "repeats": repeats,
         "warmup": warmup,
     }
-    # The verify curve (one forward of 1..num_draft + 1 tokens) and plain decoding's pipelined
-    # token time at the prompts' median context, measured before the timed runs: the cost gate
-    # drafts against them, and the rounds are replayed at them afterwards (why it won or lost).
+
+    def make_stream(model, costs):
+        run = gated(policy, costs) if cost_gate else policy
+        return lambda prompt, caches=None: lookup_stream(model, prompt, max_tokens, run, caches)
+
+    return run_drafting_cell(
+        model_path, reference, prompt_set_path, settings, make_stream, num_draft=num_draft, cost_repeats=cost_repeats
+    )
+
+
+def run_drafting_cell(
+    model_path,
+    reference: Dict,
+    prompt_set_path,
+    settings: Dict,
+    make_stream: Callable,
+    *,
+    num_draft: int,
+    cost_repeats: int,
+    sees_answers: bool = False,
+) -> Dict:
+    """A cell of any drafter on prompt lookup's loop (n-gram, suffix, the ceiling): the verify
+    curve (one forward of 1..num_draft + 1 tokens) and plain decoding's pipelined token time,
+    measured at the prompts' median context before the timed runs, then the runs of the
+    candidate `make_stream(model, costs[, answers])` makes from them (a cost gate drafts
+    against them), and the cell's record of the costs (`verify_costs`) and of the speedup its
+    rounds predict at them (`replayed_speedup`: why it won or lost). `sees_answers`: the
+    ceiling's, see measure.cell.run_cell."""
     context = statistics.median_low(o["prompt_tokens"] for o in reference["outputs"])
     state = {}
 
-    def build(model, tokenizer):
-        costs = decode_costs(model, [0] * context, range(1, num_draft + 2), cost_repeats)
-        state["costs"] = costs
-        run = gated(policy, costs) if cost_gate else policy
-        return Candidate(
-            lambda prompt, caches=None: lookup_stream(model, prompt, max_tokens, run, caches),
-            {"extra_weight_gb": 0.0},
-        )
+    def build(model, tokenizer, *answers):
+        state["costs"] = costs = decode_costs(model, [0] * context, range(1, num_draft + 2), cost_repeats)
+        return Candidate(make_stream(model, costs, *answers), {"extra_weight_gb": 0.0})
 
-    result = run_cell(model_path, reference, prompt_set_path, settings, build)
+    result = run_cell(model_path, reference, prompt_set_path, settings, build, sees_answers=sees_answers)
     costs = state["costs"]
     result["verify_costs"] = {
         "context": context,

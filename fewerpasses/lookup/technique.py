@@ -3,7 +3,7 @@
 
 from typing import Dict, List
 
-from ..core.technique import ConfigError, Technique, best, generation_settings
+from ..core.technique import ConfigError, Technique, best, check_models, generation_settings
 
 
 def _section(config: Dict) -> Dict:
@@ -59,11 +59,7 @@ def check(config: Dict, basedir: str) -> None:
     s = _section(config)
     if not s:
         return
-    for name in s["models"]:
-        if name not in config["models"]:
-            raise ConfigError(f"lookup.models: '{name}' is not a configured model")
-        if config["models"][name].get("base"):
-            raise ConfigError(f"lookup.models: '{name}' is a diffusion adapter, not an autoregressive model")
+    check_models(config, "lookup")
     for n in s["max_ngrams"]:
         if n < s["min_ngram"]:
             raise ConfigError(f"lookup.max_ngrams: {n} is below lookup.min_ngram ({s['min_ngram']})")

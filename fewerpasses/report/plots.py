@@ -428,9 +428,11 @@ def _regime_panel(ax, g: pd.DataFrame, key: str, columns, xlabel: str, lim: floa
     )
     if cbar:
         ax.collections[0].colorbar.ax.yaxis.label.set_size(8)
+    # The plain row is the floor and a bound's row (the ceiling) no technique's: neither is boxed.
+    bound = g.groupby("row").bound.any() if "bound" in g else pd.Series(dtype=bool)
     for i in range(grid.shape[0]):
         for j in range(grid.shape[1]):
-            plain_row = grid.index[i].startswith("plain\n")
+            plain_row = grid.index[i].startswith("plain\n") or bool(bound.get(grid.index[i], False))
             if not plain_row and np.isfinite(lo.values[i, j]) and lo.values[i, j] > floor.values[j]:
                 ax.add_patch(Rectangle((j, i), 1, 1, fill=False, edgecolor="black", lw=1.6))
     ax.set(xlabel=xlabel, ylabel="")
@@ -454,7 +456,13 @@ def regime_map(by_category: pd.DataFrame, out, by_context: Optional[pd.DataFrame
     rows_per = max(
         1, by_category.groupby("target")[["technique", "config"]].apply(lambda g: len(g.drop_duplicates())).max()
     )
-    values = [by_category.speedup] + ([by_context.speedup] if ctxs else [])
+
+    # The colour scale spans the techniques' rows: a bound (the ceiling) far above them would
+    # wash their differences out; its cells take the scale's end and keep their figures.
+    def techniques(frame):
+        return frame.speedup[~frame.bound.astype(bool)] if "bound" in frame else frame.speedup
+
+    values = [techniques(by_category)] + ([techniques(by_context)] if ctxs else [])
     top = max((float(np.nanmax(v.values)) for v in values if np.isfinite(v.values).any()), default=1.5)
     lim = max(1.5, top)
     # Each panel keeps its row labels (the two frames need not list rows in one order).

@@ -7,17 +7,19 @@ latest answer, warm-up included); never from its own prompt's earlier runs or fr
 reference answer. With `memory="prompt"` a run drafts from its prompt and its output so far
 only. Each timed run records what its memory held (`memory_runs`)."""
 
-import statistics
 from typing import Dict, List
 
-from ..lookup.cell import gated
+from ..lookup.cell import costs_of, gated, run_drafting_cell
 from ..lookup.draft import DraftPolicy
 from ..lookup.loop import lookup_stream
-from ..measure.cell import Candidate, run_cell
-from ..measure.costs import decode_costs, replayed_speedup
 from .draft import SuffixIndex, SuffixSettings
 
 MEMORIES = ("prompt", "set")
+
+
+def _policy(num_draft: int, min_match: int) -> DraftPolicy:
+    # The n-gram lengths of the policy are unused: the trie finds the match.
+    return DraftPolicy(num_draft=num_draft, max_ngram=max(1, min_match), min_ngram=max(1, min_match))
 
 
 def suffix_cell(
@@ -42,9 +44,8 @@ def suffix_cell(
     costs it measured, the speedup its rounds predict at them, and what each run's memory held."""
     if memory not in MEMORIES:
         raise ValueError(f"memory must be one of {MEMORIES}, got {memory!r}")
-    settings_ = SuffixSettings(max_depth=max_depth, min_match=min_match, match_factor=match_factor, min_prob=min_prob)
-    # The n-gram lengths of the policy are unused: the trie finds the match.
-    policy = DraftPolicy(num_draft=num_draft, max_ngram=max(1, min_match), min_ngram=max(1, min_match))
+    s = SuffixSettings(max_depth=max_depth, min_match=min_match, match_factor=match_factor, min_prob=min_prob)
+    policy = _policy(num_draft, min_match)
     settings = {
         "technique": "suffix",
         "target": model_name,
@@ -64,58 +65,44 @@ def suffix_cell(
         "repeats": repeats,
         "warmup": warmup,
     }
-    context = statistics.median_low(o["prompt_tokens"] for o in reference["outputs"])
-    state: Dict = {"memory_runs": []}
-    # Each prompt's latest answer in this cell, keyed by its tokens.
-    answers: Dict[tuple, List[int]] = {}
+    memory_runs: List[Dict] = []
 
-    def build(model, tokenizer):
-        costs = decode_costs(model, [0] * context, range(1, num_draft + 2), cost_repeats)
-        state["costs"] = costs
-        run = gated(policy, costs) if cost_gate else policy
+    def make_stream(model, costs):
+        return suffix_stream(model, max_tokens, gated(policy, costs) if cost_gate else policy, s, memory, memory_runs)
 
-        def stream(prompt, caches=None):
-            key = tuple(prompt.tolist())
-            others = [a for k, a in answers.items() if k != key] if memory == "set" else []
-            state["memory_runs"].append({"answers": len(others), "tokens": sum(map(len, others))})
-            answers[key] = emitted = []
-            index = lambda p, _: SuffixIndex(p, settings_, others, emitted)  # noqa: E731
-            return lookup_stream(model, prompt, max_tokens, run, caches, index=index)
-
-        return Candidate(stream, {"extra_weight_gb": 0.0})
-
-    result = run_cell(model_path, reference, prompt_set_path, settings, build)
-    costs = state["costs"]
-    result["verify_costs"] = {
-        "context": context,
-        "seconds": {str(k): v for k, v in costs.verify.items()},
-        "plain_token_seconds": costs.plain_token,
-    }
-    result["replayed_speedup"] = replayed_speedup(
-        result["rounds"], costs.verify, 1.0 / result["baseline_tps"], costs.restart
+    result = run_drafting_cell(
+        model_path, reference, prompt_set_path, settings, make_stream, num_draft=num_draft, cost_repeats=cost_repeats
     )
     # In call order: the warm-up's run first, then each timed run as the pairs ran.
-    result["memory_runs"] = state["memory_runs"]
+    result["memory_runs"] = memory_runs
     return result
+
+
+def suffix_stream(model, max_tokens: int, policy: DraftPolicy, s: SuffixSettings, memory: str, log=None):
+    """`prompt -> TokenStream` drafting from a suffix trie of the prompt and the output so far,
+    and with `memory="set"` of each other prompt's latest answer it made (never the prompt's
+    own); `log` gets what each run's memory held."""
+    # Each prompt's latest answer, keyed by its tokens.
+    answers: Dict[tuple, List[int]] = {}
+
+    def stream(prompt, caches=None):
+        key = tuple(prompt.tolist())
+        others = [a for k, a in answers.items() if k != key] if memory == "set" else []
+        if log is not None:
+            log.append({"answers": len(others), "tokens": sum(map(len, others))})
+        answers[key] = emitted = []
+        index = lambda p, _: SuffixIndex(p, s, others, emitted)  # noqa: E731
+        return lookup_stream(model, prompt, max_tokens, policy, caches, index=index)
+
+    return stream
 
 
 def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
     """The candidate a finished cell ran, as `prompt -> TokenStream`, for other prompts (the
     question set): with memory across prompts, each question may draft from the answers to
     the questions run before it."""
-    from ..lookup.cell import costs_of
-
     s = SuffixSettings(cell["max_depth"], cell["min_match"], cell["match_factor"], cell["min_prob"])
-    policy = DraftPolicy(cell["num_draft"], max(1, cell["min_match"]), max(1, cell["min_match"]))
+    policy = _policy(cell["num_draft"], cell["min_match"])
     if cell.get("cost_gate"):
         policy = gated(policy, costs_of(cell["verify_costs"]))
-    answers: Dict[tuple, List[int]] = {}
-
-    def stream(prompt, caches=None):
-        key = tuple(prompt.tolist())
-        others = [a for k, a in answers.items() if k != key] if cell["memory"] == "set" else []
-        answers[key] = emitted = []
-        index = lambda p, _: SuffixIndex(p, s, others, emitted)  # noqa: E731
-        return lookup_stream(model, prompt, max_tokens, policy, caches, index=index)
-
-    return stream
+    return suffix_stream(model, max_tokens, policy, s, cell["memory"])

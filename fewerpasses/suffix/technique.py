@@ -4,7 +4,7 @@ memory across prompts, and how a match is found and sized); its cell rule is `su
 
 from typing import Dict, List
 
-from ..core.technique import ConfigError, Technique, best, generation_settings
+from ..core.technique import ConfigError, Technique, best, check_models, generation_settings
 
 
 def _section(config: Dict) -> Dict:
@@ -50,11 +50,7 @@ def rows(target: str, cells: List[Dict], earlier=None):
 
 def check(config: Dict, basedir: str = ".") -> None:
     s = _section(config)
-    for name in s.get("models", []):
-        if name not in config["models"]:
-            raise ConfigError(f"suffix.models: '{name}' is not a configured model")
-        if config["models"][name].get("base"):
-            raise ConfigError(f"suffix.models: '{name}' is a diffusion adapter, not an autoregressive model")
+    check_models(config, "suffix")
     if s and not 1 <= s["min_match"] < s["max_depth"]:
         raise ConfigError(f"suffix.min_match: {s['min_match']} must be below suffix.max_depth ({s['max_depth']})")
 
