@@ -51,6 +51,7 @@ include: "rules/suffix.smk"
 include: "rules/techniques.smk"
 include: "rules/results.smk"
 include: "rules/bench.smk"
+include: "rules/plan.smk"
 
 
 # On a cluster (profiles/slurm) these run on the submitting node: tables and plots are quick
@@ -66,6 +67,7 @@ localrules:
     compare_techniques,
     plot_techniques,
     results,
+    plan,
 
 
 rule all:

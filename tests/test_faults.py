@@ -192,6 +192,37 @@ def test_memory_guard_refuses_before_loading(tmp_path):
     assert "WARNING" in (d / "logs/reference/tiny/stdlib_code.log").read_text()
 
 
+def test_a_cell_over_budget_is_planned_and_refused_losing_nothing(tmp_path):
+    d = tmp_path
+    src = workdir(d)
+    cfg = base_config({"tiny": src}, [0.2])
+    cfg.pop("layerskip")
+    cfg["lookup"] = {"models": ["tiny"], "max_ngrams": [3], "min_ngram": 2, "draft_lengths": [4]}
+    write_config(d, cfg)
+    reference = d / "results/reference/tiny/stdlib_code.json"
+    snakemake(d, "--cores", "1", str(reference.relative_to(d)))
+    # The plan of a machine with 50 kB to spare: the cell will not fit, and says so.
+    cfg["plan"] = {"budget_gb": 0.00005, "machine": "a very small one"}
+    write_config(d, cfg)
+    snakemake(d, "--cores", "1", "plan")
+    plan = json.loads((d / "results/plan.json").read_text())
+    cell = "results/lookup/tiny/ngram3_draft4.json"
+    # The cell, and the A/A run of its model.
+    assert plan["will_not_fit"] == [cell, "results/noise/tiny.json"] and plan["hours"] > 0
+    job = next(j for j in plan["jobs"] if j["file"] == cell)
+    assert job["tokens"] == 2 * 12 * len(json.loads(reference.read_text())["outputs"])
+    assert "Cells that will not fit" in (d / "results/plan.md").read_text()
+    # Under that budget the cell refuses before loading; the reference is kept as it was.
+    before = reference.stat().st_mtime_ns
+    cfg["memory_guard"] = {"limit_gb": 0.00005}
+    write_config(d, cfg)
+    proc = snakemake(d, "--cores", "1", cell, check=False)
+    assert proc.returncode != 0
+    log = (d / "logs/lookup/tiny/ngram3_draft4.log").read_text()
+    assert "CellTooLargeError" in log and "will not fit" in log and "loaded" not in log
+    assert reference.stat().st_mtime_ns == before and not (d / cell).exists()
+
+
 def test_divergence_is_reported_then_refused(tmp_path):
     d = tmp_path
     src = workdir(d)

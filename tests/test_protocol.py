@@ -8,7 +8,15 @@ from fewerpasses.core.models import model_parts
 from fewerpasses.layerskip.loop import plain_loop
 from fewerpasses.lookup.draft import DraftPolicy
 from fewerpasses.lookup.loop import lookup_stream
-from fewerpasses.measure.protocol import acceptance, first_divergence, paired_ratio, paired_runs, summarize
+from fewerpasses.core.prefill import shared_prefix
+from fewerpasses.measure.protocol import (
+    acceptance,
+    first_divergence,
+    paired_ratio,
+    paired_runs,
+    release_after,
+    summarize,
+)
 from fewerpasses.measure.streams import GenerationStats, plain_stream
 from tiny_models import build_model, make_args
 
@@ -41,10 +49,39 @@ def test_first_divergence_and_acceptance():
 
 def test_pairs_alternate_which_side_runs_first(model, prompts):
     records = paired_runs(prompts, plain(model), plain(model), [], repeats=2, log=lambda _: None)
-    assert [(r["prompt_id"], r["repeat"]) for r in records] == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+    # A prompt's repeats run together (its caches are then freed), each pair back to back.
+    assert [(r["prompt_id"], r["repeat"]) for r in records] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
     first = [r["order"][0] for r in records]
     # Neighbouring pairs, and each prompt's repeats, swap which side goes first.
     assert first == ["baseline", "candidate", "candidate", "baseline"]
+
+
+def test_caches_are_released_after_the_last_prompt_that_reads_them():
+    a = mx.array(list(range(1, 301)), dtype=mx.uint32)
+    b = mx.array(list(range(1, 281)) + [7] * 40, dtype=mx.uint32)  # a's first 280 tokens, then its own
+    c = mx.array([3] * 50, dtype=mx.uint32)
+    ps = [{"id": "a"}, {"id": "b"}, {"id": "c"}]
+    caches = shared_prefix({"a": a, "b": b, "c": c})
+    assert caches["b"].base is caches["a"]
+    after = release_after(ps, caches)
+    # a is read by b (its prefix), so it is held until b's runs end; c goes after its own.
+    assert sorted(map(id, after[1])) == sorted([id(caches["a"]), id(caches["b"])])
+    assert after[2] == [caches["c"]] and 0 not in after
+
+
+def test_a_cells_peak_does_not_grow_with_its_prompt_count(model):
+    """Every prompt's caches used to be held for the whole cell: six prompts held six."""
+    long = [[(7 * i + j) % 40 + 1 for i in range(400)] for j in range(6)]
+    sets = {n: [{"id": str(j), "tokens": long[j]} for j in range(n)] for n in (2, 6)}
+    peak = {}
+    for n, ps in sets.items():
+        records = paired_runs(ps, plain(model), plain(model), [], repeats=1, log=lambda _: None)
+        peak[n] = max(max(r["baseline"].peak_memory_gb, r["candidate"].peak_memory_gb) for r in records)
+    shape = model.args
+    one_cache = 2 * shape.num_hidden_layers * shape.num_key_value_heads * 16 * 4 * 512 / 1e9
+    # Holding the four more prompts' caches would add 4 x one cache: the check can fail.
+    assert 4 * one_cache > 0.05 * peak[2]
+    assert peak[6] <= peak[2] + 0.5 * one_cache
 
 
 def test_paired_runs_share_the_prefill_between_sides(model, prompts):

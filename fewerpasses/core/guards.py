@@ -1,13 +1,15 @@
-"""Guards every job applies: a model must fit in memory before it is loaded, and (when the
-config asks) a cell that is not lossless is refused.
+"""Guards every job applies: a cell's memory plan (core/memory.py), or a model, must fit in
+the memory budget before anything loads, and (when the config asks) a cell that is not
+lossless is refused.
 
 Jobs read their settings from the environment; `rules/common.smk` exports them from the
 config (`memory_guard`, `generation.require_lossless`) at parse time, as it does the BLAS
 preload, so changing them never reruns a finished job. They can be set by hand too:
 
-  FEWERPASSES_MEMORY_HEADROOM   weights × this must fit in available memory (default 1.2)
-  FEWERPASSES_MEMORY_LIMIT_GB   the memory to assume available instead of measuring it
-  FEWERPASSES_ALLOW_OVERSIZE    1: only warn when a model does not fit, and load it anyway
+  FEWERPASSES_MEMORY_HEADROOM   jobs other than cells: weights × this must fit (default 1.2)
+  FEWERPASSES_MEMORY_MARGIN     cells: the share added to the memory plan (default 0.10)
+  FEWERPASSES_MEMORY_LIMIT_GB   the memory budget to assume instead of measuring it
+  FEWERPASSES_ALLOW_OVERSIZE    1: only warn when a cell or model does not fit, and run it
   FEWERPASSES_REQUIRE_LOSSLESS  1: a cell whose tokens diverge from the reference fails
   FEWERPASSES_TIE_TOLERANCE     a divergence whose margin is below this is a numerical tie
                                 (measure/ties.py; default 0.05 nats)
@@ -15,11 +17,13 @@ preload, so changing them never reruns a finished job. They can be set by hand t
 
 import os
 import platform
+import re
 import subprocess
 import sys
 from typing import Dict, Optional, Tuple
 
 HEADROOM = "FEWERPASSES_MEMORY_HEADROOM"
+MARGIN = "FEWERPASSES_MEMORY_MARGIN"
 LIMIT_GB = "FEWERPASSES_MEMORY_LIMIT_GB"
 ALLOW_OVERSIZE = "FEWERPASSES_ALLOW_OVERSIZE"
 REQUIRE_LOSSLESS = "FEWERPASSES_REQUIRE_LOSSLESS"
@@ -33,6 +37,19 @@ class ModelTooLargeError(MemoryError):
 
 def _flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+def darwin_available(vm_stat: str, total: int) -> Optional[int]:
+    """Memory a new allocation can get on macOS, from `vm_stat`: all of it but what is wired,
+    anonymous (process memory) or held compressed; file-backed pages (the file cache) are
+    given up on demand. psutil's figure (free + inactive) leaves those out, and can refuse a
+    model that fits."""
+    size = re.search(r"page size of (\d+) bytes", vm_stat)
+    pages = {k.strip().lower(): int(v) for k, v in re.findall(r"^([^:\n]+):\s+(\d+)\.?\s*$", vm_stat, re.M)}
+    keys = ("pages wired down", "anonymous pages", "pages occupied by compressor")
+    if size is None or not all(k in pages for k in keys):
+        return None
+    return max(0, total - sum(pages[k] for k in keys) * int(size.group(1)))
 
 
 def available_memory() -> Tuple[Optional[int], str]:
@@ -49,20 +66,44 @@ def available_memory() -> Tuple[Optional[int], str]:
                         return int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
         except OSError:
             pass
+    if system == "Darwin":
+        try:
+            total = int(subprocess.run(["sysctl", "-n", "hw.memsize"], capture_output=True, text=True).stdout)
+            avail = darwin_available(subprocess.run(["vm_stat"], capture_output=True, text=True).stdout, total)
+            if avail is not None:
+                return avail, "vm_stat: total less wired, anonymous and compressed pages"
+        except (OSError, ValueError):
+            pass
     try:
         import psutil  # optional: not a dependency
 
         return int(psutil.virtual_memory().available), "psutil available memory"
     except ImportError:
         pass
-    if system == "Darwin":
-        try:
-            out = subprocess.run(["sysctl", "-n", "hw.memsize"], capture_output=True, text=True, check=True)
-            # Unified memory: the total is an upper bound of what MLX can use.
-            return int(out.stdout.strip()), "hw.memsize (total memory; install psutil for available)"
-        except (OSError, ValueError, subprocess.CalledProcessError):
-            pass
     return None, "unknown"
+
+
+def memory_budget() -> Tuple[Optional[int], str]:
+    """(bytes a cell may hold at its peak, where that figure came from). On Metal, the
+    recommended working set: what macOS keeps resident for the GPU (about 70% of memory)."""
+    if os.environ.get(LIMIT_GB):
+        return int(float(os.environ[LIMIT_GB]) * 1e9), f"{LIMIT_GB}"
+    try:
+        import mlx.core as mx
+
+        if mx.metal.is_available():
+            return int(mx.device_info()["max_recommended_working_set_size"]), "Metal's recommended working set"
+    except (ImportError, KeyError, AttributeError):
+        pass
+    return available_memory()
+
+
+def memory_margin(default: float) -> float:
+    return float(os.environ.get(MARGIN) or default)
+
+
+def allow_oversize() -> bool:
+    return _flag(ALLOW_OVERSIZE)
 
 
 def check_fits(what: str, weight_bytes: int) -> Dict:
@@ -102,6 +143,8 @@ def guard_environment(config: Dict) -> Dict[str, str]:
     guard = config.get("memory_guard") or {}
     if "headroom" in guard:
         env[HEADROOM] = str(guard["headroom"])
+    if "margin" in guard:
+        env[MARGIN] = str(guard["margin"])
     if guard.get("limit_gb") is not None:
         env[LIMIT_GB] = str(guard["limit_gb"])
     if "allow_oversize" in guard:

@@ -85,6 +85,10 @@ class PromptCaches:
             self._used.append(key)
         return copy.deepcopy(self._caches[key])
 
+    def release(self) -> None:
+        """Drop the prefilled caches: no later run reads this prompt (or starts from it)."""
+        self._caches.clear()
+
     def begin(self) -> None:
         self._used, self._fresh = [], 0.0
 

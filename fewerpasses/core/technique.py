@@ -103,6 +103,9 @@ class Technique:
     # answer they are timed on, so its rows are never run on the question set, and the
     # comparison reads every other row as a share of it.
     bound: bool = False
+    # "module:function" `(params, model dirs by input name) -> (target dir, measure.cell.Loads)`:
+    # what a cell holds besides its target, for its memory plan; the cell uses the same.
+    loads: str = "fewerpasses.measure.cell:loads"
 
     @property
     def rule(self) -> str:

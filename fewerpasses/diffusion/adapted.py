@@ -137,6 +137,12 @@ def save(model: AdaptedDiffusionLM, out: Path, config: dict, dtype=mx.float16) -
     (out / DIFFUSION_CONFIG).write_text(json.dumps(asdict(model.args), indent=1) + "\n")
 
 
+def adapter_bytes(path: Union[str, Path]) -> int:
+    """The bytes an adapter adds over its base when loaded: its LoRA and diffusion tensors."""
+    path = Path(path)
+    return sum((path / f).stat().st_size for f in ("adapters.safetensors", DIFFUSION_WEIGHTS) if (path / f).exists())
+
+
 def is_adapter(path: Union[str, Path]) -> bool:
     p = Path(path)
     return (p / DIFFUSION_CONFIG).is_file() and (p / "adapter_config.json").is_file()

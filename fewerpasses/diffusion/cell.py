@@ -11,10 +11,10 @@ question set (`diffusion_quality`).
 import json
 import statistics
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from ..core.models import weight_gb
-from ..measure.cell import Candidate, run_cell
+from ..measure.cell import Candidate, Loads, run_cell
 from . import adapted
 from .sampler import diffusion_stream
 
@@ -52,6 +52,22 @@ def sampler_settings(block_length: int, threshold: float, steps: Optional[int], 
         "eos_early_stop": True,
         "pad_last_block": False,
     }
+
+
+def loads(params: Dict, dirs: Dict) -> Tuple[str, Loads]:
+    """The baseline (the cell's target), and the diffusion model whole: an adapter's base loads
+    a second time, with the adapter's tensors; its own cache; one block per pass."""
+    model = Path(dirs["model"])
+    is_adapter = adapted.is_adapter(model)
+    own = str(dirs["base"]) if is_adapter else str(model)
+    name = params.get("diffusion_model") or model.name
+    held = Loads(
+        models={name: own},
+        caches=[(own, None)],
+        verify_rows=int(params.get("block_length") or params["block"]),
+        adapter_bytes={name: adapted.adapter_bytes(model)} if is_adapter else {},
+    )
+    return dirs["baseline"], held
 
 
 def diffusion_cell(
@@ -109,7 +125,11 @@ def diffusion_cell(
             lambda prompt, caches=None: diffusion_stream(model, prompt, **settings), extra, tokenizer=d_tok
         )
 
-    result = run_cell(baseline_path, reference, prompt_set_path, cell_settings, build, lossless_expected=False)
+    dirs = {"model": model_path, "baseline": baseline_path, "base": base_path}
+    _, held = loads({"block_length": block_length, "diffusion_model": model_name}, dirs)
+    result = run_cell(
+        baseline_path, reference, prompt_set_path, cell_settings, build, lossless_expected=False, loads=held
+    )
     # Both models stay loaded for the paired runs, but neither side needs the other's weights:
     # each side's peak is reported without them (the raw peaks stay in per_prompt).
     result["peak_memory_gb"] -= result["baseline_weight_gb"]

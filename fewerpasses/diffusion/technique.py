@@ -147,4 +147,5 @@ TECHNIQUE = Technique(
     wildcards={"block": r"\d+", "threshold": r"[01](\.\d+)?"},
     check=check,
     converters={"llada2_moe": "fewerpasses.diffusion.llada2:prepare"},
+    loads="fewerpasses.diffusion.cell:loads",
 )

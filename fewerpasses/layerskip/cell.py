@@ -6,7 +6,7 @@ import math
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..core.models import model_parts
-from ..measure.cell import Candidate, run_cell
+from ..measure.cell import Candidate, Loads, run_cell
 from .engines import engine as engine_of
 from .plan import SkipPlan
 from .strategies import REGISTRY as STRATEGY_REGISTRY
@@ -27,6 +27,13 @@ def strategy_of(name: str):
     if name not in STRATEGY_REGISTRY:
         raise ValueError(f"unknown strategy '{name}' (known: {', '.join(STRATEGY_REGISTRY)})")
     return STRATEGY_REGISTRY[name]
+
+
+def loads(params: Dict, dirs: Dict) -> Tuple[str, Loads]:
+    """The model alone (the draft shares its weights); mlx-lm's engine keeps a second cache
+    for the draft, counted at every layer (a skip plan caches fewer), ours shares one."""
+    own = [(str(dirs["model"]), None)] if params.get("engine", "mlx_lm") == "mlx_lm" else []
+    return dirs["model"], Loads(caches=own, verify_rows=int(params["num_draft"]) + 1)
 
 
 def layerskip_cell(
@@ -123,7 +130,8 @@ def layerskip_cell(
         }
         return Candidate(stream, extra)
 
-    return run_cell(model_path, reference, prompt_set_path, settings, build)
+    _, held = loads({"engine": engine, "num_draft": num_draft}, {"model": model_path})
+    return run_cell(model_path, reference, prompt_set_path, settings, build, loads=held)
 
 
 def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Optional[Dict] = None):

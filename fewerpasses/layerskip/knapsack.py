@@ -36,6 +36,27 @@ def _sublayer(layer, part: str, h: mx.array) -> mx.array:
     return h + layer.mlp(layer.post_attention_layernorm(h))
 
 
+# The activation memory one batch of frontier states may take through a sublayer (an MLP
+# holds its gate, up and product projections for every position of every state at once).
+FRONTIER_BATCH_BYTES = 256 * 2**20
+
+
+def _in_batches(layer, part: str, stacked: mx.array, batch_bytes: int) -> mx.array:
+    """`_sublayer` over every state of `stacked` [S, B, T, d], as few states at a time as keep
+    one batch's activations under `batch_bytes`; each batch is evaluated before the next."""
+    S, B, T, d = stacked.shape
+    width = layer.mlp.gate_proj.weight.shape[0] if part == "mlp" and hasattr(layer.mlp, "gate_proj") else d
+    per_state = B * T * (3 * max(width, d) + 2 * d) * stacked.itemsize
+    step = max(1, batch_bytes // per_state)
+    outs = []
+    for a in range(0, S, step):
+        x = stacked[a : a + step]
+        y = _sublayer(layer, part, x.reshape(-1, T, d)).reshape(x.shape)
+        mx.eval(y)
+        outs.append(y)
+    return outs[0] if len(outs) == 1 else mx.concatenate(outs)
+
+
 def _cosine(a: mx.array, b: mx.array, mask: mx.array) -> mx.array:
     """Mean cosine over masked positions, per batch-of-states element: a [S,B,T,d], b [B,T,d]."""
     num = (a * b).sum(-1)
@@ -124,6 +145,7 @@ def frontier(
     context: float,
     bins: int = 64,
     max_fraction: float = 0.8,
+    batch_bytes: int = FRONTIER_BATCH_BYTES,
 ) -> Dict:
     """Best draft for every skipped-weight budget.
 
@@ -132,6 +154,8 @@ def frontier(
         score_from: positions before this are context only, not scored.
         bins: the skippable time is split into this many weight units.
         max_fraction: the largest budget considered, as a fraction of the skippable time.
+        batch_bytes: the most activation memory one batch of states may take through a
+          sublayer; the frontier's states go through in as many batches as that needs.
     """
     layers = parts.layers
     n = len(layers)
@@ -166,7 +190,7 @@ def frontier(
         i, p = it
         budgets = sorted(states)
         stacked = mx.stack([states[j][0] for j in budgets])  # [S,B,T,d]
-        executed = _sublayer(layers[i], p, stacked.reshape(-1, T, stacked.shape[-1])).reshape(stacked.shape)
+        executed = _in_batches(layers[i], p, stacked, batch_bytes)
         cos_exec = _cosine(executed, full[it], mask)
         cos_skip = _cosine(stacked, full[it], mask)
         mx.eval(executed, cos_exec, cos_skip)

@@ -13,6 +13,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from .forward import forward
 from ..core.models import ModelParts
+from ..core.greedy import greedy
 from ..core.prefill import PromptCaches, caches_of, prefill, unprocessed
 from .plan import SkipPlan
 
@@ -37,7 +38,7 @@ def plain_loop(
     y = _prefill(parts, prompt, cache, prefill_step_size)
 
     def step(y):
-        return mx.argmax(forward(parts, y[None], cache)[0, -1], axis=-1, keepdims=True).astype(mx.uint32)
+        return greedy(forward(parts, y[None], cache)[0, -1], keepdims=True).astype(mx.uint32)
 
     y = step(y)
     mx.async_eval(y)
@@ -79,7 +80,7 @@ def layerskip_loop(
     if cache is None:
         cache = caches_of(caches, [parts.model]) or make_prompt_cache(parts.model)
     y = _prefill(parts, prompt, cache, prefill_step_size)
-    tok = mx.argmax(forward(parts, y[None], cache)[0, -1]).item()
+    tok = greedy(forward(parts, y[None], cache)[0, -1]).item()
     yield tok, False, 0
     ntoks = 1
     match_ema, raw_threshold = 1.0, threshold
@@ -90,7 +91,7 @@ def layerskip_loop(
         d = mx.array([[tok]], dtype=mx.uint32)
         for _ in range(k):
             logits = forward(parts, d, cache, plan)[0, -1]
-            d = mx.argmax(logits, keepdims=True)
+            d = greedy(logits, keepdims=True)
             if threshold is not None:
                 p = mx.softmax(logits.astype(mx.float32), axis=-1).max()
                 mx.eval(d, p)
@@ -107,7 +108,7 @@ def layerskip_loop(
                 c.trim(c.offset - b)
         k = len(drafts)
         verify_in = mx.concatenate([mx.array([tok], dtype=mx.uint32)] + [x.astype(mx.uint32) for x in drafts])
-        targets = mx.argmax(forward(parts, verify_in[None], cache)[0], axis=-1)
+        targets = greedy(forward(parts, verify_in[None], cache)[0])
         drafted = mx.concatenate(drafts) if drafts else mx.array([], dtype=mx.uint32)
         # One host sync per round, for drafts and verdicts together.
         mx.eval(targets, drafted)

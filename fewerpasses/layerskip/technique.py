@@ -231,4 +231,5 @@ TECHNIQUE = Technique(
         "skip": r"0\.\d+",
     },
     check=check,
+    loads="fewerpasses.layerskip.cell:loads",
 )

@@ -5,7 +5,7 @@ import statistics
 from dataclasses import replace
 from typing import Callable, Dict, Tuple
 
-from ..measure.cell import Candidate, run_cell
+from ..measure.cell import Candidate, loads, run_cell
 from ..measure.costs import DecodeCosts, decode_costs, replayed_speedup
 from .draft import DraftPolicy
 from .loop import lookup_stream
@@ -100,7 +100,8 @@ def run_drafting_cell(
         state["costs"] = costs = decode_costs(model, [0] * context, range(1, num_draft + 2), cost_repeats)
         return Candidate(make_stream(model, costs, *answers), {"extra_weight_gb": 0.0})
 
-    result = run_cell(model_path, reference, prompt_set_path, settings, build, sees_answers=sees_answers)
+    _, held = loads({"num_draft": num_draft}, {"model": model_path})
+    result = run_cell(model_path, reference, prompt_set_path, settings, build, sees_answers=sees_answers, loads=held)
     costs = state["costs"]
     result["verify_costs"] = {
         "context": context,

@@ -18,6 +18,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
+from ..core.greedy import greedy
 from ..core.prefill import PromptCaches, caches_of, prefill
 from .draft import FIRST_DRAFT, AcceptanceEstimate, DraftPolicy, NgramIndex, gated_length, next_cap
 
@@ -72,11 +73,11 @@ class LookupStream:
         index = self._timed(self.make_index, self.prompt.tolist(), policy)
 
         def step(y):
-            return mx.argmax(model(y[None], cache=cache)[0, -1], axis=-1, keepdims=True).astype(mx.uint32)
+            return greedy(model(y[None], cache=cache)[0, -1], keepdims=True).astype(mx.uint32)
 
         def verify(y, drafts: List[int]):
             inputs = mx.concatenate([y, mx.array(drafts, dtype=mx.uint32)])
-            return mx.argmax(model(inputs[None], cache=cache)[0], axis=-1)
+            return greedy(model(inputs[None], cache=cache)[0])
 
         y = step(y)
         mx.async_eval(y)

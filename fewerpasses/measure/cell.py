@@ -6,14 +6,19 @@ the rest, so every cell is measured the same way. `noise_cell` is the A/A run: p
 as its own candidate.
 """
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import mlx.core as mx
+from mlx_lm.generate import generation_stream, wired_limit
+from mlx_lm.utils import load_tokenizer
 
+from ..core.guards import allow_oversize, memory_budget, memory_margin
 from ..core.log import log
+from ..core.memory import DEFAULT_MARGIN, CacheUse, MemoryPlan, ModelShape, plan_cell
 from ..core.models import load
 from ..core.prompts import encoded_prompts, eos_ids
 from .protocol import paired_runs
@@ -41,6 +46,70 @@ class Candidate:
     tokenizer: Optional[Any] = None
 
 
+@dataclass
+class Loads:
+    """What a cell holds beside the target and its caches, for its memory plan (core.memory).
+
+    models: name -> directory of each other model it loads (a draft, a diffusion model).
+    caches: directories of the models that keep a cache of their own (a draft model's), with
+      the layers cached where fewer than all (None: all).
+    verify_rows: the most tokens one candidate pass reads (draft length + 1, a block).
+    adapter_bytes: name -> bytes of adapter tensors loaded over a model.
+    """
+
+    models: Dict[str, str] = field(default_factory=dict)
+    caches: Sequence = ()
+    verify_rows: int = 1
+    adapter_bytes: Dict[str, int] = field(default_factory=dict)
+
+
+def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
+    """(the target's directory, what else the cell holds) for a cell whose candidate runs on
+    the target alone: passes of up to `num_draft` + 1 tokens. `dirs`: the cell's model
+    inputs, by input name. A technique that loads more names its own (Technique.loads)."""
+    return dirs["model"], Loads(verify_rows=int(params.get("num_draft") or 0) + 1)
+
+
+def shared_prefix_tokens(prompts: List[List[int]], min_tokens: int = 256) -> int:
+    """The longest prefix a prompt shares with an earlier one, where core.prefill starts its
+    cache from that one's (at least `min_tokens`); 0 where none does."""
+    best = 0
+    for i, a in enumerate(prompts):
+        for b in prompts[:i]:
+            n = 0
+            for x, y in zip(a, b):
+                if x != y:
+                    break
+                n += 1
+            if n >= min_tokens:
+                best = max(best, n)
+    return best
+
+
+def cell_memory_plan(
+    name: str, model_path, model_name: str, prompts: List[Dict], max_tokens: int, loads: Loads
+) -> MemoryPlan:
+    """The cell's memory plan from its model files and encoded prompts (core.memory)."""
+    target = ModelShape.of(model_path)
+    weights = {model_name: target.weight_bytes}
+    for n, path in loads.models.items():
+        weights[n] = ModelShape.of(path).weight_bytes
+    for n, b in loads.adapter_bytes.items():
+        weights[f"{n} adapter"] = b
+    caches = [CacheUse(target)] + [CacheUse(ModelShape.of(d), layers) for d, layers in loads.caches]
+    return plan_cell(
+        name,
+        weights,
+        caches,
+        [len(p["tokens"]) for p in prompts],
+        max_tokens,
+        verify_rows=loads.verify_rows,
+        shared_prefix=shared_prefix_tokens([p["tokens"] for p in prompts]),
+        budget=memory_budget(),
+        margin=memory_margin(DEFAULT_MARGIN),
+    )
+
+
 def run_cell(
     model_path,
     reference: Dict,
@@ -50,6 +119,7 @@ def run_cell(
     *,
     lossless_expected: bool = True,
     sees_answers: bool = False,
+    loads: Optional[Loads] = None,
 ) -> Dict:
     """Time plain decoding of the target against `build(model, tokenizer)`'s candidate.
 
@@ -58,35 +128,55 @@ def run_cell(
     sees_answers: the candidate is a bound that may read the answer it is timed on (the
       perfect-draft ceiling, and nothing else): `build(model, tokenizer, answers)` gets
       each prompt's reference tokens, keyed by the prompt's token ids.
+    loads: what the candidate loads beside the target, for the memory plan (`Loads`).
+
+    Before any weights load, the cell's memory plan (core.memory) is checked against the
+    device's budget: a cell that would not fit is refused, naming each part. The timed runs
+    hold Metal's wired limit, as mlx-lm's own generation does.
     """
     started_at, t0 = time.time(), time.perf_counter()
     max_tokens = settings["max_tokens"]
     cfg = {**settings, "model": settings["target"], "prompt_set": Path(prompt_set_path).stem}
-    model, tokenizer = load(model_path)
+    # The tokenizer alone (as mlx-lm's load makes it): the prompts are encoded for the plan
+    # before any weights load.
+    eos = json.loads((Path(model_path) / "config.json").read_text()).get("eos_token_id")
+    tokenizer = load_tokenizer(Path(model_path), eos_token_ids=eos)
+    loaded: Dict = {}
+
+    def target():
+        if "model" not in loaded:
+            loaded["model"], _ = load(model_path)
+        return loaded["model"]
+
     # A conversation's earlier turns are answered by the target's own greedy decoding: the
     # reference's answers, kept when it ran (regenerated only for a reference without them).
-    answers = stored_answers(reference, greedy_answer(model, max_tokens, eos_ids(tokenizer)))
+    answers = stored_answers(reference, lambda ids: greedy_answer(target(), max_tokens, eos_ids(tokenizer))(ids))
     replies: Dict = {}
     prompts = encoded_prompts(tokenizer, prompt_set_path, answers, replies)
     ref = reference_tokens(prompts, reference, max_tokens)
+    name = " ".join(str(settings.get(k)) for k in ("technique", "target") if settings.get(k))
+    plan = cell_memory_plan(f"cell {name}", model_path, settings["target"], prompts, max_tokens, loads or Loads())
+    plan.check(allow_oversize())
+    model = target()
     if sees_answers:
         candidate = build(model, tokenizer, {tuple(p["tokens"]): ref[p["id"]] for p in prompts})
     else:
         candidate = build(model, tokenizer)
     own_tok = candidate.tokenizer
     same_vocab = own_tok is None or own_tok.get_vocab() == tokenizer.get_vocab()
-    records = paired_runs(
-        prompts,
-        lambda prompt, caches: plain_stream(model, prompt, max_tokens, caches),
-        candidate.stream,
-        eos_ids(tokenizer),
-        settings["repeats"],
-        settings["warmup"],
-        log=log,
-        # A candidate with its own tokenizer reads the same conversations: the target's answers.
-        candidate_prompts=None if same_vocab else encoded_prompts(own_tok, prompt_set_path, replies=replies),
-        candidate_eos_ids=None if own_tok is None else eos_ids(own_tok),
-    )
+    with wired_limit(model, [generation_stream]):
+        records = paired_runs(
+            prompts,
+            lambda prompt, caches: plain_stream(model, prompt, max_tokens, caches),
+            candidate.stream,
+            eos_ids(tokenizer),
+            settings["repeats"],
+            settings["warmup"],
+            log=log,
+            # A candidate with its own tokenizer reads the same conversations: the target's answers.
+            candidate_prompts=None if same_vocab else encoded_prompts(own_tok, prompt_set_path, replies=replies),
+            candidate_eos_ids=None if own_tok is None else eos_ids(own_tok),
+        )
     extra = candidate.extra() if callable(candidate.extra) else candidate.extra
     extra = {"n_layers": len(model.layers), "same_vocabulary": same_vocab, **extra}
     result = measured_result(
@@ -95,6 +185,13 @@ def run_cell(
     if lossless_expected and same_vocab:
         # Each divergence, told apart: a numerical tie or a real one (measure/ties.py).
         result.update(classify(result["per_prompt"], prompts, records, ref, model, tie_tolerance()))
+    result["memory_plan"] = {
+        **plan.to_dict(),
+        # The largest peak of any timed run, either side, as MLX measured it.
+        "measured_peak_gb": max(result["peak_memory_gb"], result["baseline_peak_memory_gb"]),
+    }
+    result["memory_plan"]["estimate_error"] = plan.estimate_gb / result["memory_plan"]["measured_peak_gb"] - 1
+    result["wired_limit"] = mx.metal.is_available()
     return result
 
 

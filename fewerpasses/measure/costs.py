@@ -11,6 +11,8 @@ import mlx.nn as nn
 from mlx_lm.generate import generate_step, generation_stream
 from mlx_lm.models.cache import make_prompt_cache
 
+from ..core.greedy import greedy
+
 
 def round_robin(fns: Dict, repeats: int, warmup: int = 3) -> Dict:
     """Median seconds of each fn(), timed in turn round after round, so that drift in machine
@@ -38,7 +40,7 @@ def _verify_pass(model: nn.Module, cache, token: int, k: int):
     x = mx.array([token] * k, dtype=mx.uint32)[None]
 
     def f():
-        mx.eval(mx.argmax(model(x, cache=cache)[0], axis=-1))
+        mx.eval(greedy(model(x, cache=cache)[0]))
         for c in cache:
             c.trim(k)
 

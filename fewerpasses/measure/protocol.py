@@ -4,8 +4,11 @@ One process, one model load. After a warm-up, every prompt and repeat runs the b
 (plain decoding) and the candidate (a technique, or plain decoding again for the A/A noise
 floor) back to back, alternating which goes first, so that drift in machine speed hits
 both sides alike. Each prompt is prefilled once per model and every run decodes from a copy
-(core.prefill): decode timings are those of a fresh cache, end-to-end ones add that prefill. Ratios are taken per pair, and every ratio, interval and acceptance rate
-of a cell, the bench and the search is computed here (`summarize`, `PairedSummary`).
+(core.prefill): decode timings are those of a fresh cache, end-to-end ones add that prefill.
+A prompt's repeats run one after another and its caches are freed after them, so that a
+cell's memory does not grow with its prompt count. Ratios are taken per pair, and every
+ratio, interval and acceptance rate of a cell, the bench and the search is computed here
+(`summarize`, `PairedSummary`).
 """
 
 import statistics
@@ -106,8 +109,11 @@ def paired_runs(
 
     records = []
     ratios = []
-    for r in range(repeats):
-        for i, p in enumerate(prompts):
+    # A prompt's repeats run one after another, so that its prefilled caches are held only
+    # while they are needed: memory stays that of one prompt, whatever the set's size.
+    last_use = release_after(prompts, caches, c_caches)
+    for i, p in enumerate(prompts):
+        for r in range(repeats):
             order = list(SIDES) if (r + i) % 2 == 0 else list(reversed(SIDES))
             out = {}
             for side in order:
@@ -131,7 +137,28 @@ def paired_runs(
                 f"accepted {out['candidate'].accepted}/{out['candidate'].drafted}; "
                 f"running speedup {statistics.median(ratios):.2f}x"
             )
+        for pc in last_use.get(i, ()):
+            pc.release()
+        mx.clear_cache()
     return records
+
+
+def release_after(prompts: List[Dict], *cache_sets: Dict[str, PromptCaches]) -> Dict[int, List[PromptCaches]]:
+    """index of a prompt -> the prefilled caches no later prompt needs once its runs end: its
+    own, and those of the earlier prompts whose prefix it was the last to start from."""
+    last: Dict[int, int] = {}
+    held: Dict[int, PromptCaches] = {}
+    for caches in cache_sets:
+        for i, p in enumerate(prompts):
+            pc = caches[p["id"]]
+            for c in (pc, pc.base):
+                if c is not None:
+                    last[id(c)] = max(last.get(id(c), -1), i)
+                    held[id(c)] = c
+    out: Dict[int, List[PromptCaches]] = {}
+    for key, i in last.items():
+        out.setdefault(i, []).append(held[key])
+    return out
 
 
 @dataclass

@@ -1,10 +1,11 @@
 """A two-model cell: plain decoding of the target against mlx-lm's speculative decoding with a
 separate small draft model, with the same protocol and lossless check as every cell."""
 
-from typing import Dict
+from pathlib import Path
+from typing import Dict, Tuple
 
 from ..core.models import load, weight_gb
-from ..measure.cell import Candidate, run_cell
+from ..measure.cell import Candidate, Loads, run_cell
 from ..measure.streams import mlx_lm_layerskip_stream
 
 
@@ -15,6 +16,13 @@ def check_same_vocab(tok_a, tok_b, name_a: str, name_b: str) -> None:
             f"draft model '{name_b}' and target '{name_a}' do not share a tokenizer vocabulary "
             f"({len(va)} vs {len(vb)} tokens, {len(set(va.items()) ^ set(vb.items()))} entries differ)"
         )
+
+
+def loads(params: Dict, dirs: Dict) -> Tuple[str, Loads]:
+    """The target, and the draft model with its own cache (measure.cell.Loads)."""
+    draft = str(dirs["draft"])
+    name = params.get("draft_model") or Path(draft).name
+    return dirs["model"], Loads(models={name: draft}, caches=[(draft, None)], verify_rows=params["num_draft"] + 1)
 
 
 def twomodel_cell(
@@ -56,7 +64,8 @@ def twomodel_cell(
             },
         )
 
-    return run_cell(model_path, reference, prompt_set_path, settings, build)
+    _, held = loads({"num_draft": num_draft, "draft_model": draft_name}, {"model": model_path, "draft": draft_path})
+    return run_cell(model_path, reference, prompt_set_path, settings, build, loads=held)
 
 
 def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):

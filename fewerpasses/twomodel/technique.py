@@ -78,4 +78,5 @@ TECHNIQUE = Technique(
     extra_models=extra_models,
     params=params,
     check=check,
+    loads="fewerpasses.twomodel.cell:loads",
 )
