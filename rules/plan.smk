@@ -55,15 +55,20 @@ def plan_cell_jobs():
     return jobs
 
 
+def priced_as(diffusion_model):
+    """The model whose rates price a diffusion model's own jobs: its base (an adapter's), else
+    the first baseline it is paired with (its verify curve prices a block's pass)."""
+    pairs = (config.get("diffusion") or {}).get("pairs", [])
+    paired = [p["baseline"] for p in pairs if p["model"] == diffusion_model]
+    return config["models"][diffusion_model].get("base") or (paired or [diffusion_model])[0]
+
+
 def plan_other_jobs():
     """The run's jobs beside its cells that the plan prices: question sets, and the number
     of table and figure jobs."""
     quality = [{"rule": "quality_score", "file": f, "model": Path(f).parent.name} for f in get_quality_files()]
-    # A diffusion model's questions are priced at its base's rates (an adapter's), else its own.
     own = [
-        {"rule": "diffusion_quality", "file": f, "model": config["models"][m].get("base", m)}
-        for f in get_own_quality_files()
-        for m in [Path(f).parts[2]]
+        {"rule": "diffusion_quality", "file": f, "model": priced_as(Path(f).parts[2])} for f in get_own_quality_files()
     ]
     checks = [{"rule": "question_check", "file": f, "model": Path(f).parent.name} for f in get_question_checks()]
     return quality + own + checks

@@ -366,6 +366,37 @@ def test_conversion_keeps_the_router_float32_and_unquantized(model, tmp_path, qu
     assert np.array_equal(np.array(got[0]), np.array(want[0])) and np.allclose(np.array(got[1]), np.array(want[1]))
 
 
+def test_an_8bit_router_as_bailing_moe_stores_it_loads(model, tmp_path):
+    """mlx-lm's bailing_moe quantizes the router at 8 bits beside 4-bit experts (as the hub's
+    MLX conversions of LLaDA2.0-mini may store it): such a directory loads, the router as an
+    8-bit QuantizedLinear, and `check` says it is not the reference's float32."""
+    from mlx_lm.utils import quantize_model
+
+    from fewerpasses.diffusion.llada2 import ROUTER_MODULE, check
+
+    def bailing(path, _module):
+        return {"group_size": 32, "bits": 8} if path.endswith(ROUTER_MODULE) else True
+
+    q, cfg = quantize_model(build(), dict(HF_CONFIG), 32, 4, quant_predicate=bailing)
+    out = tmp_path / "bailing"
+    save_model(out, q)
+    save_config({**cfg, "mask_token_id": MASK}, out / "config.json")
+    stored = mx.load(str(next(out.glob("*.safetensors"))))
+    assert stored["model.layers.1.mlp.gate.gate_proj.weight"].dtype == mx.uint32
+    loaded, lcfg = load_model(out)
+    gate = loaded.model.layers[1].mlp.gate.gate_proj
+    assert isinstance(gate, nn.QuantizedLinear) and gate.bits == 8
+    assert np.array_equal(logits(loaded), logits(q))
+    from tiny_models import CHAT_TEMPLATE, write_tokenizer
+
+    write_tokenizer(out)
+    (out / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    lines = []
+    report = check(out, out=lines.append)
+    assert report["router_quantized_bits"] == 8 and not report["router_as_reference"]
+    assert any("router: NOT the reference's float32" in line for line in lines)
+
+
 def test_set_dtype_and_mlx_lm_cast_predicate_skip_the_router():
     m = build()
     m.set_dtype(mx.float16)
@@ -383,9 +414,18 @@ def test_check_command(model, tmp_path):
     import subprocess
     import sys
 
+    from tiny_models import CHAT_TEMPLATE, write_tokenizer
+
     cfg = {k: v for k, v in HF_CONFIG.items() if k != "norm_topk_prob"}
     hf = write_hf(model, tmp_path / "hf", dtype=mx.bfloat16, config=cfg)
     cmd = [sys.executable, "-m", "fewerpasses.diffusion.llada2", "check", str(hf)]
+    # Without a tokenizer the check fails: a cell could not encode its prompts.
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "tokenizer" in proc.stderr.lower()
+    write_tokenizer(hf)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "no chat template" in proc.stderr
+    (hf / "chat_template.jinja").write_text(CHAT_TEMPLATE)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -396,6 +436,7 @@ def test_check_command(model, tmp_path):
     assert "model.layers.1.mlp.gate.gate_proj.weight  float32  [8, 64]" in out
     assert "model.layers.1.mlp.gate.expert_bias  float32  [8]" in out
     assert "router: float32, not quantized" in out
+    assert "chat template renders a question as" in out and "What is 2 + 3?" in out
     # Strict: a checkpoint missing a tensor fails, naming it.
     (f,) = hf.glob("*.safetensors")
     w = mx.load(str(f))

@@ -72,3 +72,20 @@ def test_a_macs_state_is_shown_where_its_cells_recorded_it(tmp_path):
     # Linux cells carry none of these: no empty rows for them.
     linux = dict(provenance([{"environment": {"chip": "x", "memory_gb": 24.0}}], "snakemake --cores 1"))
     assert "macOS" not in linux and linux["memory"] == "24 GB"
+
+
+def test_a_section_shows_the_verify_curve_and_each_cells_memory(tmp_path):
+    from fewerpasses.report.results_file import section
+
+    cell = {
+        "technique": "lookup",
+        "target": "m",
+        "num_draft": 2,
+        "per_prompt": [{}, {}],
+        "environment": {"cpu": "x"},
+        "verify_costs": {"context": 50, "seconds": {"1": 0.06, "2": 0.075, "3": 0.09}, "plain_token_seconds": 0.05},
+        "memory_plan": {"estimate_gb": 0.6, "measured_peak_gb": 0.5, "estimate_error": 0.2},
+    }
+    text = section("default", "snakemake --cores 1", tmp_path, [cell])
+    assert "| m | 50 | 50.0 | 1: 1.20× 2: 1.50× 3: 1.80× |" in text
+    assert "| lookup (num_draft 2) | m | 2 | 0.600 | 0.500 | +20.0% |" in text

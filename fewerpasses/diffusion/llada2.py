@@ -318,10 +318,13 @@ def _safetensors_header(path: Path) -> Dict[str, Any]:
 
 def check(path_or_repo: Union[str, Path], out=print) -> Dict[str, Any]:
     """Strict-load a llada2_moe checkpoint (lazily: no weight is read) and print its config
-    keys, the LLaDA2 defaults applied for keys it lacks, and the tensor names, dtypes and
-    shapes under the first MoE layer's `mlp.gate`, as stored and as loaded.
+    keys, the LLaDA2 defaults applied for keys it lacks, the tensor names, dtypes and shapes
+    under the first MoE layer's `mlp.gate`, as stored and as loaded, and its tokenizer: the
+    end tokens a cell stops at, and a question rendered through its chat template (the cells'
+    prompts are chat turns).
 
-    Raises if the strict load fails (a missing or unexpected tensor, a shape mismatch)."""
+    Raises if the strict load fails (a missing or unexpected tensor, a shape mismatch), or if
+    the tokenizer cannot be loaded or has no chat template."""
     from mlx.utils import tree_flatten
 
     path = _local_path(str(path_or_repo))
@@ -376,8 +379,10 @@ def check(path_or_repo: Union[str, Path], out=print) -> Dict[str, Any]:
         if as_reference
         else "router: NOT the reference's float32 (this checkpoint quantized it; convert the original weights instead)"
     )
+    tokenizer = tokenizer_check(path, args.eos_token_id, out)
     return {
         "path": str(path),
+        "tokenizer": tokenizer,
         "config_keys": sorted(config),
         "defaulted": defaulted,
         "stored": stored,
@@ -385,6 +390,24 @@ def check(path_or_repo: Union[str, Path], out=print) -> Dict[str, Any]:
         "router_quantized_bits": bits,
         "router_as_reference": as_reference,
     }
+
+
+def tokenizer_check(path: Path, eos_token_id: int, out=print) -> Dict[str, Any]:
+    """Load the checkpoint's tokenizer as `load` does and render one question through its chat
+    template; raise, naming the directory, where either is missing."""
+    from mlx_lm.utils import load_tokenizer
+
+    tok = load_tokenizer(path, eos_token_ids=[eos_token_id])
+    if not getattr(tok, "chat_template", None):
+        raise ValueError(
+            f"{path}: the tokenizer has no chat template (tokenizer_config.json or chat_template.jinja); "
+            "the cells' prompts are chat turns"
+        )
+    ids = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}], add_generation_prompt=True)
+    text = tok.decode(ids)
+    out(f"tokenizer: {len(tok.get_vocab())} tokens, end tokens {sorted(tok.eos_token_ids)}")
+    out(f"chat template renders a question as {len(ids)} tokens: {text[:160]!r}")
+    return {"vocab": len(tok.get_vocab()), "eos_token_ids": sorted(tok.eos_token_ids), "chat_prompt": text}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -101,6 +101,52 @@ def provenance(cells: List[Dict], command: str) -> List[Tuple[str, str]]:
     return rows
 
 
+SETTINGS = ("strategy", "skip_fraction", "engine", "num_draft", "draft_model", "memory", "block_length", "threshold")
+
+
+def cell_name(c: Dict) -> str:
+    """A cell as a table row names it: its technique and the settings it has."""
+    settings = ", ".join(f"{k} {c[k]}" for k in SETTINGS if c.get(k) is not None)
+    return f"{c['technique']}" + (f" ({settings})" if settings else "")
+
+
+def memory_table(cells: List[Dict]) -> Optional[str]:
+    """Each cell's memory plan (core/memory.py: before anything loaded) beside the peak its
+    runs measured (`mx.get_peak_memory()`)."""
+    rows = [c for c in cells if c.get("memory_plan")]
+    if not rows:
+        return None
+    lines = [
+        "| cell | target | prompts | plan (GB) | measured peak (GB) | plan against peak |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in sorted(rows, key=lambda c: (c["target"], cell_name(c))):
+        m = c["memory_plan"]
+        lines.append(
+            f"| {cell_name(c)} | {c['target']} | {len(c.get('per_prompt', []))} | {m['estimate_gb']:.3f} "
+            f"| {m['measured_peak_gb']:.3f} | {m['estimate_error']:+.1%} |"
+        )
+    return "\n".join(lines)
+
+
+def verify_table(cells: List[Dict]) -> Optional[str]:
+    """The verify curve each target's drafting cells measured: one pass of k tokens, in plain
+    decoding's pipelined token times, at the prompts' median context."""
+    seen, lines = set(), []
+    for c in cells:
+        v = c.get("verify_costs")
+        if not v or not v.get("plain_token_seconds") or (c["target"], v["context"]) in seen:
+            continue
+        seen.add((c["target"], v["context"]))
+        secs = {int(k): t for k, t in v["seconds"].items()}
+        ratios = " ".join(f"{k}: {secs[k] / v['plain_token_seconds']:.2f}×" for k in sorted(secs))
+        lines.append(f"| {c['target']} | {v['context']} | {1000 * v['plain_token_seconds']:.1f} | {ratios} |")
+    if not lines:
+        return None
+    head = ["| target | context | plain token (ms) | a pass of k tokens, in plain tokens |", "|---|---|---|---|"]
+    return "\n".join(head + lines)
+
+
 def section(run: str, command: str, results_dir: Path, cells: List[Dict]) -> str:
     """One run's section: its provenance, then each of its tables that the run wrote."""
     lines = [_BEGIN.format(run), f"## Run: {run}", "", "| | |", "|---|---|"]
@@ -113,6 +159,12 @@ def section(run: str, command: str, results_dir: Path, cells: List[Dict]) -> str
         # The summary's own title gives way to this file's heading.
         body = re.sub(r"\A# [^\n]*\n+", "", body)
         lines += ["", f"### {heading}", "", f"From `results/{rel}`.", "", body]
+    for heading, table in (
+        ("The verify curve, measured by the drafting cells", verify_table(cells)),
+        ("Memory: each cell's plan beside its measured peak", memory_table(cells)),
+    ):
+        if table:
+            lines += ["", f"### {heading}", "", table]
     lines += ["", _END.format(run)]
     return "\n".join(lines) + "\n"
 
