@@ -229,3 +229,14 @@ def test_a_stepped_verify_curve_is_priced_at_its_measured_points():
         {**lat.__dict__, "at_context": [{"context": 4096, "verify_seconds": [0.02, 0.04, 0.05, 0.09]}]}
     )
     assert far.at(4000).full_pass(4) == 0.05
+
+
+def test_the_frontier_in_small_batches_is_the_same_frontier(planted):
+    """States go through each sublayer a few at a time under a small activation budget: the
+    frontier's memory stays bounded, and every budget's draft and agreement are unchanged."""
+    model, seqs = planted
+    lat = flat_latency()
+    whole = frontier(model_parts(model), seqs, 12, lat, context=30.0, bins=36)
+    batched = frontier(model_parts(model), seqs, 12, lat, context=30.0, bins=36, batch_bytes=1)
+    assert [p["skipped_sublayers"] for p in batched["points"]] == [p["skipped_sublayers"] for p in whole["points"]]
+    assert [p["agreement"] for p in batched["points"]] == pytest.approx([p["agreement"] for p in whole["points"]])

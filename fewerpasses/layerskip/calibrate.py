@@ -13,8 +13,9 @@ from ..core.log import log
 from ..core.prompts import encoded_prompts
 from ..core.environment import environment
 from ..measure.streams import plain_stream, timed_generation
-from .knapsack import choose, draft_cost_needed, frontier
-from ..core.models import load, model_parts
+from .knapsack import FRONTIER_BATCH_BYTES, choose, draft_cost_needed, frontier
+from ..core.guards import DEFAULT_HEADROOM, memory_budget
+from ..core.models import load, model_parts, weight_gb
 from .profile import LatencyModel, profile_model
 from .plan import SkipPlan
 
@@ -42,6 +43,16 @@ def calibration_sequences(model, tokenizer, prompt_set_path, new_tokens: int):
     return mx.array([s[-length:] for s in seqs], dtype=mx.uint32), length - new_tokens
 
 
+def frontier_batch_bytes(weights_gb: float) -> int:
+    """The activation memory one batch of the knapsack's states may take: a quarter of what the
+    budget leaves beside the weights (and their headroom), at most FRONTIER_BATCH_BYTES."""
+    avail, _ = memory_budget()
+    if avail is None:
+        return FRONTIER_BATCH_BYTES
+    spare = avail - weights_gb * 1e9 * DEFAULT_HEADROOM
+    return int(max(16 * 2**20, min(FRONTIER_BATCH_BYTES, spare / 4)))
+
+
 def run_calibration(
     model_path, prompt_set_path, profile: Dict, *, model_name: str, new_tokens: int, bins: int = 48
 ) -> Dict:
@@ -53,7 +64,9 @@ def run_calibration(
     lat = LatencyModel.from_dict(profile["fit"])
     seqs, score_from = calibration_sequences(model, tokenizer, prompt_set_path, new_tokens)
     context = score_from + new_tokens / 2
-    front = frontier(parts, seqs, score_from, lat, context, bins=bins)
+    batch = frontier_batch_bytes(weight_gb(model))
+    log(f"calibration: frontier states go through each sublayer {batch / 2**20:.0f} MiB of activations at a time")
+    front = frontier(parts, seqs, score_from, lat, context, bins=bins, batch_bytes=batch)
     best = choose(front, lat, 1.0, 8)
     # How far each draft is from paying: the cost it would need, at its best draft length.
     for pt in front["points"]:
@@ -71,7 +84,7 @@ def run_calibration(
     for c in lat.contexts:
         # Only where the costs differ from the calibration context's own.
         if c > context and lat.at(c) != lat.at(context):
-            front_c = frontier(parts, seqs, score_from, lat.at(c), c, bins=bins)
+            front_c = frontier(parts, seqs, score_from, lat.at(c), c, bins=bins, batch_bytes=batch)
             best_c = choose(front_c, lat.at(c), 1.0, 8)
             log(
                 f"calibration at context {c}: best predicted {best_c['predicted_speedup']:.2f}x at k={best_c['num_draft']}"
