@@ -11,7 +11,7 @@
 #   results/twomodel/<target>/<draft>/draft<k>.json              one two-model cell
 #   results/lookup/<model>/ngram<n>_draft<k>.json                one prompt-lookup cell
 #   results/diffusion/<model>/<baseline>/block<b>_thr<t>.json    one diffusion cell
-#   results/suffix/<model>/draft<k>_<memory>.json               one suffix-drafting cell
+#   results/suffix/<model>/draft<k>_<memory>_b<n>.json          one suffix-drafting cell
 #   results/ceiling/<model>/draft<k>.json                      one perfect-draft ceiling cell (a bound)
 #   results/profile/, calibration/, search/      layer skipping's per-model measurements
 #   results/quality/<model>/<question_set>.json   quality on the question set (plain decoding)

@@ -99,6 +99,22 @@ class PromptCaches:
         return self._fresh
 
 
+def batch_copy(cache: Sequence, width: int) -> List:
+    """`width` copies of a list of KVCaches' filled positions, as one batch of that many rows
+    (the branches of a draft tree, each decoding from the same prefix)."""
+    from mlx_lm.models.cache import KVCache
+
+    out = []
+    for c in cache:
+        t = KVCache()
+        if c.keys is not None and c.offset:
+            t.keys = mx.repeat(c.keys[..., : c.offset, :], width, axis=0)
+            t.values = mx.repeat(c.values[..., : c.offset, :], width, axis=0)
+            t.offset = c.offset
+        out.append(t)
+    return out
+
+
 def common_prefix(a: mx.array, b: mx.array) -> int:
     n = min(a.size, b.size)
     if n == 0:

@@ -21,15 +21,22 @@ def costs_of(entry: Dict) -> DecodeCosts:
     """A cell's `verify_costs` entry as measured; cells written before the plain token was
     measured price a plain step at one synchronous pass, as their gate did."""
     verify = {int(k): v for k, v in entry["seconds"].items()}
-    return DecodeCosts(verify, entry.get("plain_token_seconds", verify[1]))
+    tree = {int(k): v for k, v in (entry.get("tree_seconds") or {}).items()}
+    return DecodeCosts(verify, entry.get("plain_token_seconds", verify[1]), tree)
 
 
 def gated(policy: DraftPolicy, costs: DecodeCosts) -> DraftPolicy:
     """The policy with the cost gate: index k of the curve is a pass verifying k drafts, in
-    tokens of plain decoding, and leaving the pipeline costs `restart_cost` of them."""
+    tokens of plain decoding, and leaving the pipeline costs `restart_cost` of them; where
+    the tree's passes were measured, index k of `tree_cost` is two branches of k drafts."""
     unit = costs.plain_token
     curve: Tuple[float, ...] = tuple(costs.verify[k + 1] / unit for k in range(policy.num_draft + 1))
-    return replace(policy, verify_cost=curve, restart_cost=costs.restart / unit)
+    tree = None
+    if costs.tree:
+        tree = tuple(
+            costs.tree[k + 1] / unit if k + 1 in costs.tree else float("inf") for k in range(policy.num_draft + 1)
+        )
+    return replace(policy, verify_cost=curve, restart_cost=costs.restart / unit, tree_cost=tree)
 
 
 def lookup_cell(
@@ -85,6 +92,7 @@ def run_drafting_cell(
     num_draft: int,
     cost_repeats: int,
     sees_answers: bool = False,
+    tree: bool = False,
 ) -> Dict:
     """A cell of any drafter on prompt lookup's loop (n-gram, suffix, the ceiling): the verify
     curve (one forward of 1..num_draft + 1 tokens) and plain decoding's pipelined token time,
@@ -92,12 +100,14 @@ def run_drafting_cell(
     candidate `make_stream(model, costs[, answers])` makes from them (a cost gate drafts
     against them), and the cell's record of the costs (`verify_costs`) and of the speedup its
     rounds predict at them (`replayed_speedup`: why it won or lost). `sees_answers`: the
-    ceiling's, see measure.cell.run_cell."""
+    ceiling's, see measure.cell.run_cell. `tree`: the candidate may verify draft trees, so
+    their passes (two branches of 1..num_draft + 1 tokens) are measured with the curve."""
     context = statistics.median_low(o["prompt_tokens"] for o in reference["outputs"])
     state = {}
 
     def build(model, tokenizer, *answers):
-        state["costs"] = costs = decode_costs(model, [0] * context, range(1, num_draft + 2), cost_repeats)
+        ks = range(1, num_draft + 2)
+        state["costs"] = costs = decode_costs(model, [0] * context, ks, cost_repeats, tree_ks=ks if tree else ())
         return Candidate(make_stream(model, costs, *answers), {"extra_weight_gb": 0.0})
 
     _, held = loads({"num_draft": num_draft}, {"model": model_path})
@@ -108,6 +118,8 @@ def run_drafting_cell(
         "seconds": {str(k): v for k, v in costs.verify.items()},
         "plain_token_seconds": costs.plain_token,
     }
+    if costs.tree:
+        result["verify_costs"]["tree_seconds"] = {str(k): v for k, v in costs.tree.items()}
     # The speedup its rounds predict at those costs, plain decoding priced at its measured speed
     # and every drafting round charged for leaving the pipeline (an upper bound on that cost:
     # consecutive drafting rounds leave it once).

@@ -30,6 +30,10 @@ class DraftPolicy:
       measured on the machine, at the prompts' context). A round drafts the length that
       maximizes expected tokens per unit of cost at the recent acceptance (`gated_length`), and
       none where no length beats a plain step.
+    branches: the most candidate drafts one round verifies at once (a draft tree,
+      lookup/tree.py), where the index offers several; 1 verifies a chain. With the gate,
+      `tree_cost[k]` is what a pass of two branches of k drafts each costs, in the same
+      units, and a round verifies two only where that pays (`tree.tree_pays`).
     """
 
     num_draft: int
@@ -38,12 +42,16 @@ class DraftPolicy:
     adaptive: bool = False
     verify_cost: Optional[Tuple[float, ...]] = None
     restart_cost: float = 0.0
+    branches: int = 1
+    tree_cost: Optional[Tuple[float, ...]] = None
 
     def __post_init__(self):
         if self.num_draft < 0:
             raise ValueError(f"num_draft must be at least 0 (0: never draft), got {self.num_draft}")
         if not 1 <= self.min_ngram <= self.max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {self.min_ngram} and {self.max_ngram}")
+        if self.branches not in (1, 2):
+            raise ValueError(f"branches must be 1 (a chain) or 2 (a draft tree), got {self.branches}")
 
 
 FIRST_DRAFT = 2

@@ -8,7 +8,9 @@ draft may follow is looked up one token early (the n-gram before it); only then 
 read before the next pass, and the draft taken from the exact context. How many tokens a
 round drafts (the adaptive cap, the cost gate) is the policy's: `DraftPolicy` in draft.py.
 With an adaptive policy the loop adds one rule of its own, a backoff: single-token drafts
-refused in a row pause drafting for 2, 4, 8, then 16 tokens.
+refused in a row pause drafting for 2, 4, 8, then 16 tokens. With `policy.branches` 2 and an
+index that offers several continuations (the suffix trie), a round may verify two at once
+(a draft tree, tree.py), keeping the branch that agrees longest.
 """
 
 import time
@@ -21,6 +23,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 from ..core.greedy import greedy
 from ..core.prefill import PromptCaches, caches_of, prefill
 from .draft import FIRST_DRAFT, AcceptanceEstimate, DraftPolicy, NgramIndex, gated_length, next_cap
+from .tree import accepted as tree_accepted, can_branch, commit, tree_pays, verify_branches
 
 
 class DraftIndex(Protocol):
@@ -53,6 +56,9 @@ class LookupStream:
         # Where drafts come from: by default the n-gram index over the prompt and the output.
         self.make_index = NgramIndex if index is None else index
         self.draft_seconds = 0.0
+        # Each round that verified a draft tree: its branches' lengths, what each kept, and
+        # which one the round kept (lookup/tree.py).
+        self.tree_rounds: List[dict] = []
 
     def __iter__(self):
         return self._run()
@@ -62,6 +68,23 @@ class LookupStream:
         out = fn(*args)
         self.draft_seconds += time.perf_counter() - t0
         return out
+
+    def _tree(self, index, cache, limit: int, accept) -> Optional[List]:
+        """Two branches to verify this round, where the index offers them, the cache can be
+        copied, and (with the cost gate) two pay more than a chain; else None."""
+        if not hasattr(index, "branches") or not can_branch(cache):
+            return None
+        tree = self._timed(index.branches, limit, 2)
+        if len(tree) < 2:
+            return None
+        p = self.policy
+        if p.verify_cost is not None and p.tree_cost is not None:
+            # The second branch's chance where the first is wrong: its share of what the first leaves.
+            share2, leaves = tree[1][1], max(1e-9, 1.0 - tree[0][1])
+            width = max(len(b) for b, _ in tree)
+            if not tree_pays(accept.rate, share2 / leaves, width, p.verify_cost, p.tree_cost)[0]:
+                return None
+        return tree
 
     def _run(self):
         model, policy, max_tokens = self.model, self.policy, self.max_tokens
@@ -122,26 +145,41 @@ class LookupStream:
                 self._timed(index.append, tok)
                 known = True
                 continue
-            drafts = self._timed(index.continuation, limit) if limit > 0 else []
-            if not drafts:
-                y = step(y)
-                mx.async_eval(y)
-                known = False
-                continue
-            targets = verify(y, drafts).tolist()
-            k = len(drafts)
-            m = 0
-            while m < k and drafts[m] == targets[m]:
-                m += 1
-            accept.update(k, m)
+            tree = self._tree(index, cache, limit, accept) if policy.branches > 1 and limit > 0 else None
+            if tree is not None:
+                # Two branches in one pass; the round keeps the one with more accepted drafts.
+                branches = [b for b, _ in tree]
+                all_targets, copies = verify_branches(model, cache, int(y.item()), branches)
+                kept = [tree_accepted(b, t) for b, t in zip(branches, all_targets)]
+                chosen = max(range(len(branches)), key=lambda i: (kept[i], -i))
+                drafts, targets, m = branches[chosen], all_targets[chosen], kept[chosen]
+                commit(cache, copies, chosen, m + 1)
+                self.tree_rounds.append({"branches": [len(b) for b in branches], "accepted": kept, "chosen": chosen})
+                # Acceptance stays the chain's (the first branch's): what the gate prices.
+                accept.update(len(branches[0]), kept[0])
+                k = len(drafts)
+            else:
+                drafts = self._timed(index.continuation, limit) if limit > 0 else []
+                if not drafts:
+                    y = step(y)
+                    mx.async_eval(y)
+                    known = False
+                    continue
+                targets = verify(y, drafts).tolist()
+                k = len(drafts)
+                m = 0
+                while m < k and drafts[m] == targets[m]:
+                    m += 1
+                accept.update(k, m)
             accept.emitted(m + 1)
             if adaptive:
                 cap = next_cap(cap, k, m, policy.num_draft)
                 refusals = refusals + 1 if (k == 1 and m == 0) else 0
                 if refusals:
                     quiet_until = n + m + 1 + 2 ** min(refusals, 4)
-            # The pass wrote y and k drafts; keep y and the accepted ones.
-            if k - m:
+            # The pass wrote y and k drafts; keep y and the accepted ones (a tree's pass wrote
+            # its branches' copies, and the kept ones are already in).
+            if k - m and tree is None:
                 for c in cache:
                     c.trim(k - m)
             for i in range(m):

@@ -3,7 +3,7 @@ curve a speculative round is priced against."""
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Sequence
 
 import mlx.core as mx
@@ -12,6 +12,7 @@ from mlx_lm.generate import generate_step, generation_stream
 from mlx_lm.models.cache import make_prompt_cache
 
 from ..core.greedy import greedy
+from ..core.prefill import batch_copy
 
 
 def round_robin(fns: Dict, repeats: int, warmup: int = 3) -> Dict:
@@ -47,6 +48,17 @@ def _verify_pass(model: nn.Module, cache, token: int, k: int):
     return f
 
 
+def _tree_pass(model: nn.Module, cache, token: int, k: int, width: int = 2):
+    """One pass of `width` branches of k tokens each over copies of the cache, as a draft
+    tree's verify runs it (lookup/tree.py): the copy, the batch and its greedy targets."""
+    x = mx.array([[token] * k] * width, dtype=mx.uint32)
+
+    def f():
+        mx.eval(greedy(model(x, cache=batch_copy(cache, width))))
+
+    return f
+
+
 @dataclass(frozen=True)
 class DecodeCosts:
     """What a speculative round is priced against, at one context: `verify[k]`, seconds of one
@@ -56,6 +68,8 @@ class DecodeCosts:
 
     verify: Dict[int, float]
     plain_token: float
+    # Seconds of a draft tree's pass of two branches of k tokens each, where measured.
+    tree: Dict[int, float] = field(default_factory=dict)
 
     @property
     def restart(self) -> float:
@@ -65,7 +79,12 @@ class DecodeCosts:
 
 
 def decode_costs(
-    model: nn.Module, context: Sequence[int], ks: Sequence[int], repeats: int = 5, plain_tokens: int = 16
+    model: nn.Module,
+    context: Sequence[int],
+    ks: Sequence[int],
+    repeats: int = 5,
+    plain_tokens: int = 16,
+    tree_ks: Sequence[int] = (),
 ) -> DecodeCosts:
     """The verify curve and plain decoding's pipelined token time after `context`, timed
     round-robin together (plain: `plain_tokens` tokens of `generate_step`, per token from the
@@ -87,8 +106,9 @@ def decode_costs(
         return (times[-1] - times[1]) / (len(times) - 2)
 
     fns = {k: _verify_pass(model, cache, context[-1], k) for k in ks}
-    timed = round_robin({**fns, "plain": plain}, repeats, warmup=1)
-    return DecodeCosts({k: timed[k] for k in ks}, timed["plain"])
+    trees = {("tree", k): _tree_pass(model, cache, context[-1], k) for k in tree_ks}
+    timed = round_robin({**fns, **trees, "plain": plain}, repeats, warmup=1)
+    return DecodeCosts({k: timed[k] for k in ks}, timed["plain"], {k: timed[("tree", k)] for k in tree_ks})
 
 
 def expected_tokens(acceptance: float, k: int) -> float:

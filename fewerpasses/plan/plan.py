@@ -377,7 +377,10 @@ def write_plan(
             candidate_token=candidate_factor(job["technique"], p, r),
             cached_models=1 + len(plan_caches(job)),
             models=len(job["dirs"]),
-            cost_rows=range(1, k + 2) if drafting else (),
+            # A draft tree's cell also times two-branch passes: priced as chains of twice the rows.
+            cost_rows=([*range(1, k + 2)] + [2 * j for j in range(1, k + 2) if p.get("branches", 1) > 1])
+            if drafting
+            else (),
             cost_repeats=int(p.get("cost_repeats", 5)),
         )
         tokens = 2 * p["max_tokens"] * len(ps) * p["repeats"]
@@ -403,13 +406,19 @@ def write_plan(
     info = summary(jobs, budget[0] / 1e9 if budget[0] else None)
     header = {
         "command": command,
-        "machine": machine or environment({}).get("cpu", "this machine"),
+        "machine": machine or this_machine(environment()),
         "rates": ", ".join(sorted({f"{m}: {r.source}" for m, r in rates.items()})),
         "budget_from": budget[1],
     }
     atomic.write_json({**info, **header, "jobs": as_dicts(jobs)}, out_json)
     atomic.write_text(out_md, to_markdown(jobs, info, header))
     return info
+
+
+def this_machine(env: Dict) -> str:
+    """The machine the probes ran on, as the plan's header names it."""
+    mem = f", {env['memory_gb']:.0f} GB" if env.get("memory_gb") else ""
+    return f"{env.get('chip')} ({env.get('cpu_count')} cores{mem}), {env.get('os')}, {env.get('backend_device')}"
 
 
 def plan_caches(job: Dict) -> List:

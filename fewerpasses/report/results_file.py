@@ -101,7 +101,17 @@ def provenance(cells: List[Dict], command: str) -> List[Tuple[str, str]]:
     return rows
 
 
-SETTINGS = ("strategy", "skip_fraction", "engine", "num_draft", "draft_model", "memory", "block_length", "threshold")
+SETTINGS = (
+    "strategy",
+    "skip_fraction",
+    "engine",
+    "num_draft",
+    "draft_model",
+    "memory",
+    "branches",
+    "block_length",
+    "threshold",
+)
 
 
 def cell_name(c: Dict) -> str:
@@ -147,6 +157,28 @@ def verify_table(cells: List[Dict]) -> Optional[str]:
     return "\n".join(head + lines)
 
 
+def tree_table(cells: List[Dict]) -> Optional[str]:
+    """What each draft-tree cell's trees did (fewerpasses/suffix/cell.py, `tree`), and what a
+    pass of two branches cost against a chain's pass of the same length."""
+    rows = [c for c in cells if c.get("tree")]
+    if not rows:
+        return None
+    lines = [
+        "| cell | tree rounds | second branch kept | tokens it added | seconds saved / added | two branches against one, by pass length |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in rows:
+        t = c["tree"]
+        ratios = " ".join(
+            f"{k}: {v:.2f}×" for k, v in sorted(t["pass_against_chain"].items(), key=lambda kv: int(kv[0]))
+        )
+        lines.append(
+            f"| {cell_name(c)} | {t['rounds']} | {t['second_branch_kept']} | {t['tokens_over_first_branch']} "
+            f"| {t['seconds_saved']:.2f} / {t['seconds_added']:.2f} | {ratios} |"
+        )
+    return "\n".join(lines)
+
+
 def section(run: str, command: str, results_dir: Path, cells: List[Dict]) -> str:
     """One run's section: its provenance, then each of its tables that the run wrote."""
     lines = [_BEGIN.format(run), f"## Run: {run}", "", "| | |", "|---|---|"]
@@ -162,6 +194,7 @@ def section(run: str, command: str, results_dir: Path, cells: List[Dict]) -> str
     for heading, table in (
         ("The verify curve, measured by the drafting cells", verify_table(cells)),
         ("Memory: each cell's plan beside its measured peak", memory_table(cells)),
+        ("Draft trees: what two candidates per pass cost and kept", tree_table(cells)),
     ):
         if table:
             lines += ["", f"### {heading}", "", table]

@@ -7,6 +7,7 @@ latest answer, warm-up included); never from its own prompt's earlier runs or fr
 reference answer. With `memory="prompt"` a run drafts from its prompt and its output so far
 only. Each timed run records what its memory held (`memory_runs`)."""
 
+from dataclasses import replace
 from typing import Dict, List
 
 from ..lookup.cell import costs_of, gated, run_drafting_cell
@@ -39,13 +40,16 @@ def suffix_cell(
     repeats: int,
     warmup: int,
     cost_repeats: int = 5,
+    branches: int = 1,
 ) -> Dict:
     """Run one suffix-drafting cell and return its JSON (measure.results), with the verify
-    costs it measured, the speedup its rounds predict at them, and what each run's memory held."""
+    costs it measured, the speedup its rounds predict at them, and what each run's memory held.
+    With `branches` 2, rounds may verify draft trees: the cell also records what the tree's
+    passes cost against a chain's, and what its rounds kept (`tree`)."""
     if memory not in MEMORIES:
         raise ValueError(f"memory must be one of {MEMORIES}, got {memory!r}")
     s = SuffixSettings(max_depth=max_depth, min_match=min_match, match_factor=match_factor, min_prob=min_prob)
-    policy = _policy(num_draft, min_match)
+    policy = replace(_policy(num_draft, min_match), branches=branches)
     settings = {
         "technique": "suffix",
         "target": model_name,
@@ -56,6 +60,7 @@ def suffix_cell(
         "engine": "ours",
         "num_draft": num_draft,
         "memory": memory,
+        "branches": branches,
         "max_depth": max_depth,
         "min_match": min_match,
         "match_factor": match_factor,
@@ -66,22 +71,54 @@ def suffix_cell(
         "warmup": warmup,
     }
     memory_runs: List[Dict] = []
+    tree_rounds: List[Dict] = []
 
     def make_stream(model, costs):
-        return suffix_stream(model, max_tokens, gated(policy, costs) if cost_gate else policy, s, memory, memory_runs)
+        run = gated(policy, costs) if cost_gate else policy
+        return suffix_stream(model, max_tokens, run, s, memory, memory_runs, tree_rounds)
 
     result = run_drafting_cell(
-        model_path, reference, prompt_set_path, settings, make_stream, num_draft=num_draft, cost_repeats=cost_repeats
+        model_path,
+        reference,
+        prompt_set_path,
+        settings,
+        make_stream,
+        num_draft=num_draft,
+        cost_repeats=cost_repeats,
+        tree=branches > 1,
     )
     # In call order: the warm-up's run first, then each timed run as the pairs ran.
     result["memory_runs"] = memory_runs
+    if branches > 1:
+        result["tree"] = tree_record(tree_rounds, result["verify_costs"])
     return result
 
 
-def suffix_stream(model, max_tokens: int, policy: DraftPolicy, s: SuffixSettings, memory: str, log=None):
+def tree_record(rounds: List[Dict], verify_costs: Dict) -> Dict:
+    """What the draft trees did, over every run of the cell (its warm-up included): how many
+    rounds verified two branches, how often the second one was kept and the tokens it added
+    over the first, and what a tree's pass cost against a chain's of its first branch (the
+    pass the round would have run without it), in seconds at the measured costs."""
+    chain = {int(k): v for k, v in verify_costs["seconds"].items()}
+    tree = {int(k): v for k, v in verify_costs.get("tree_seconds", {}).items()}
+    plain = verify_costs["plain_token_seconds"]
+    gained = sum(r["accepted"][r["chosen"]] - r["accepted"][0] for r in rounds)
+    extra = sum(tree[max(r["branches"]) + 1] - chain[r["branches"][0] + 1] for r in rounds)
+    return {
+        "rounds": len(rounds),
+        "second_branch_kept": sum(r["chosen"] != 0 for r in rounds),
+        "tokens_over_first_branch": gained,
+        # Each token the second branch added saves about one plain token's time.
+        "seconds_saved": gained * plain,
+        "seconds_added": extra,
+        "pass_against_chain": {str(k): tree[k] / chain[k] for k in sorted(tree) if k in chain},
+    }
+
+
+def suffix_stream(model, max_tokens: int, policy: DraftPolicy, s: SuffixSettings, memory: str, log=None, trees=None):
     """`prompt -> TokenStream` drafting from a suffix trie of the prompt and the output so far,
     and with `memory="set"` of each other prompt's latest answer it made (never the prompt's
-    own); `log` gets what each run's memory held."""
+    own); `log` gets what each run's memory held, `trees` every draft tree's round."""
     # Each prompt's latest answer, keyed by its tokens.
     answers: Dict[tuple, List[int]] = {}
 
@@ -92,7 +129,10 @@ def suffix_stream(model, max_tokens: int, policy: DraftPolicy, s: SuffixSettings
             log.append({"answers": len(others), "tokens": sum(map(len, others))})
         answers[key] = emitted = []
         index = lambda p, _: SuffixIndex(p, s, others, emitted)  # noqa: E731
-        return lookup_stream(model, prompt, max_tokens, policy, caches, index=index)
+        out = lookup_stream(model, prompt, max_tokens, policy, caches, index=index)
+        if trees is not None:
+            out.tree_rounds = trees  # every run's rounds in one list
+        return out
 
     return stream
 
@@ -102,7 +142,7 @@ def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
     question set): with memory across prompts, each question may draft from the answers to
     the questions run before it."""
     s = SuffixSettings(cell["max_depth"], cell["min_match"], cell["match_factor"], cell["min_prob"])
-    policy = _policy(cell["num_draft"], cell["min_match"])
+    policy = replace(_policy(cell["num_draft"], cell["min_match"]), branches=cell.get("branches", 1))
     if cell.get("cost_gate"):
         policy = gated(policy, costs_of(cell["verify_costs"]))
     return suffix_stream(model, max_tokens, policy, s, cell["memory"])

@@ -13,7 +13,7 @@ longer match earns a longer draft. How many of those a round verifies is the cos
 """
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -97,22 +97,48 @@ class SuffixIndex:
                 return i
         return 0
 
-    def continuation(self, limit: int) -> List[int]:
-        """Up to `limit` tokens, the most frequent path from the longest match; [] without one.
-        The path starts from the longest match that leaves it `limit` steps of depth, so that
-        a long match (a passage being copied) still drafts in full."""
+    def _start(self, limit: int) -> Tuple[Optional[_Node], int]:
+        """The node drafts start from and the draft length the match earns; (None, 0) without
+        a match. It is the longest match that leaves `limit` steps of depth, so that a long
+        match (a passage being copied) still drafts in full."""
         m = self.match_length()
         if m == 0:
-            return []
+            return None, 0
         s = self.settings
         limit = min(limit, max(1, int(s.match_factor * m)))
         start = next((i for i in range(min(m, s.max_depth - limit), s.min_match - 1, -1) if self.active[i].children), m)
-        node, out, prob = self.active[start], [], 1.0
+        return self.active[start], limit
+
+    def _path(self, node: _Node, limit: int, prob: float = 1.0, out: Optional[List[int]] = None) -> List[int]:
+        """The most frequent path from `node` while its estimated chance stays at min_prob."""
+        out = [] if out is None else out
         while len(out) < limit and node.children:
             token, child = max(node.children.items(), key=lambda kv: (kv[1].count, kv[1].last))
             prob *= child.count / node.total
-            if prob < s.min_prob:
+            if prob < self.settings.min_prob:
                 break
             out.append(token)
             node = child
+        return out
+
+    def continuation(self, limit: int) -> List[int]:
+        """Up to `limit` tokens, the most frequent path from the longest match; [] without one."""
+        node, limit = self._start(limit)
+        return self._path(node, limit) if node is not None else []
+
+    def branches(self, limit: int, width: int = 2) -> List[Tuple[List[int], float]]:
+        """Up to `width` drafts from the longest match, each starting with another of its most
+        frequent next tokens and then following the most frequent path: the branches of a
+        draft tree. Each comes with its first token's share of the match's counts; the first
+        branch is `continuation(limit)`."""
+        node, limit = self._start(limit)
+        if node is None:
+            return []
+        ranked = sorted(node.children.items(), key=lambda kv: (kv[1].count, kv[1].last), reverse=True)
+        out = []
+        for token, child in ranked[:width]:
+            share = child.count / node.total
+            if share < self.settings.min_prob:
+                break
+            out.append((self._path(child, limit, share, [token]), share))
         return out

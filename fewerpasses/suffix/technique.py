@@ -14,10 +14,11 @@ def _section(config: Dict) -> Dict:
 def grid(config: Dict) -> List[Dict[str, str]]:
     s = _section(config)
     return [
-        {"model": m, "draft": str(k), "memory": memory}
+        {"model": m, "draft": str(k), "memory": memory, "branches": str(b)}
         for m in s.get("models", [])
         for k in s["draft_lengths"]
         for memory in s["memory"]
+        for b in s.get("branches", [1])
     ]
 
 
@@ -26,6 +27,7 @@ def params(wildcards, config: Dict) -> Dict:
     return {
         "num_draft": int(wildcards.draft),
         "memory": wildcards.memory,
+        "branches": int(wildcards.branches),
         **{k: s[k] for k in ("max_depth", "min_match", "match_factor", "min_prob", "cost_gate")},
         **generation_settings(config),
     }
@@ -34,15 +36,23 @@ def params(wildcards, config: Dict) -> Dict:
 def label(cell: Dict) -> str:
     memory = "with memory across prompts" if cell["memory"] == "set" else "prompt and output only"
     gate = ", cost-gated" if cell.get("cost_gate") else ""
-    return f"suffix trie, k<={cell['num_draft']}{gate}, {memory}"
+    tree = ", trees of 2 branches" if cell.get("branches", 1) > 1 else ""
+    return f"suffix trie, k<={cell['num_draft']}{gate}{tree}, {memory}"
 
 
 def rows(target: str, cells: List[Dict], earlier=None):
-    """Its best cell without memory across prompts, and its best with it: the second column
-    the issue's comparison asks for, apart so rows without memory stay comparable."""
+    """Its best chain without memory across prompts, its best with it (apart, so that rows
+    without memory stay comparable), and its best with draft trees (apart, to show what the
+    tree adds or costs against the chain)."""
     out = []
-    for memory, name in (("prompt", "suffix drafting (best)"), ("set", "suffix drafting, memory across prompts")):
-        b = best([c for c in cells if c["memory"] == memory])
+    kinds = (
+        ("prompt", 1, "suffix drafting (best)"),
+        ("set", 1, "suffix drafting, memory across prompts"),
+        ("prompt", 2, "suffix drafting, trees of 2"),
+        ("set", 2, "suffix drafting, trees of 2, memory across prompts"),
+    )
+    for memory, branches, name in kinds:
+        b = best([c for c in cells if c["memory"] == memory and c.get("branches", 1) == branches])
         if b is not None:
             out.append((name, label(b), b))
     return out
@@ -64,6 +74,6 @@ TECHNIQUE = Technique(
     rows=rows,
     rebuild="fewerpasses.suffix.cell:candidate_from_cell",
     params=params,
-    wildcards={"memory": "prompt|set"},
+    wildcards={"memory": "prompt|set", "branches": "[12]"},
     check=check,
 )
