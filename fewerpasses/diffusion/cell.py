@@ -21,11 +21,16 @@ from .sampler import diffusion_stream
 
 def load_diffusion(path, base: Optional[str] = None):
     """A diffusion model and its tokenizer: an adapter directory (adapted.py) over `base`, or
-    an `llada2_moe` directory."""
+    an `llada2_moe` directory; refused before loading where its weights do not fit
+    (core/guards.py, as every model load)."""
+    from ..core.guards import check_fits
+    from ..core.integrity import check_model_dir
+
     path = Path(path)
     if adapted.is_adapter(path):
         if base is None:
             raise ValueError(f"{path} is an adapter: it needs the base model it was trained on")
+        check_fits(f"diffusion model {path}", check_model_dir(base)[1] + adapted.adapter_bytes(path))
         return adapted.load(path, base)
     model_type = json.loads((path / "config.json").read_text()).get("model_type")
     from . import llada2
@@ -35,6 +40,7 @@ def load_diffusion(path, base: Optional[str] = None):
             f"{path}: model_type '{model_type}' is not a diffusion model "
             f"(expected '{llada2.MODEL_TYPE}' or a diffusion adapter)"
         )
+    check_fits(f"diffusion model {path}", check_model_dir(path)[1])
     return llada2.load(path)
 
 
