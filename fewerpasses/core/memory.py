@@ -18,7 +18,6 @@ Nothing here imports MLX at module level: `snakemake plan` computes plans at par
 """
 
 import json
-import math
 import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path

@@ -24,7 +24,6 @@ its measured seconds instead, and marked so. Tokens are upper bounds: `max_token
 answer, where an answer may stop at EOS sooner.
 """
 
-import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -221,10 +220,6 @@ def to_markdown(jobs: Sequence[PlannedJob], info: Dict, header: Dict) -> str:
 
 def as_dicts(jobs: Sequence[PlannedJob]) -> List[Dict]:
     return [asdict(j) for j in jobs]
-
-
-def ceil_div(a: int, b: int) -> int:
-    return math.ceil(a / b)
 
 
 def estimated_lengths(prompts_path, max_tokens: int) -> List[int]:
