@@ -13,6 +13,7 @@ from snakemake.utils import validate
 from fewerpasses.pipeline.config import ConfigError, check_config, renamed_keys, schema_errors, timing_blas
 from fewerpasses.core.guards import guard_environment
 from fewerpasses.core.prompts import FETCHED, prompt_set_file
+from fewerpasses.core.sources import widened_base
 from fewerpasses.report.results_file import command_for, run_name
 from fewerpasses.techniques import REGISTRY as TECHNIQUES, checked, lossless
 
@@ -99,6 +100,12 @@ def rule_files(rule_output):
 
 def get_model_source(wildcards):
     return config["models"][wildcards.model]["source"]
+
+
+def get_fetch_inputs(wildcards):
+    """A widened model's base MLX directory (core/sources.py); other sources need nothing."""
+    base = widened_base(get_model_source(wildcards))
+    return {"base": model_dir(base)} if base else {}
 
 
 def get_model_quantize(wildcards):

@@ -4,6 +4,8 @@
 
 
 rule fetch_model:
+    input:
+        unpack(get_fetch_inputs),
     output:
         "resources/models/{model}/source.json",
     log:

@@ -10,6 +10,7 @@ info = fetch(
     snakemake.params.source,
     snakemake.params.basedir,
     log=lambda msg: print(msg, file=sys.stderr, flush=True),
+    base_dir=snakemake.input.get("base"),
 )
 with open(snakemake.output[0], "w") as f:
     json.dump(info, f, indent=1)

@@ -365,3 +365,12 @@ def test_a_config_with_one_technique_plans_only_its_cells(workdir, only):
     assert cells == {f"{only}_cell"} and jobs[f"{only}_cell"] == 1
     assert jobs["reference_outputs"] == 1 and jobs["noise_floor"] == 1 and jobs["compare_techniques"] == 1
     assert not {"profile_model", "calibrate_model", "layerskip_sweep"} & set(jobs)
+
+
+def test_a_widened_source_needs_a_configured_base(models):
+    cfg = copy.deepcopy(GOOD)
+    cfg["models"]["wide"] = {"source": "widened:tiny", "quantize": None}
+    parse_time_checks(cfg)
+    cfg["models"]["wide"]["source"] = "widened:nowhere"
+    with pytest.raises(ConfigError, match=r"models\.wide\.source: 'widened:nowhere': 'nowhere' must be another"):
+        parse_time_checks(cfg)

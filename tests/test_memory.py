@@ -118,3 +118,16 @@ def test_macos_available_memory_counts_the_file_cache():
     # More than psutil's free + inactive, which leaves the file cache out.
     assert avail > (12000 + 290000) * 16384
     assert darwin_available("no page size here", total) is None
+
+
+def test_a_widened_model_keeps_the_tokenizer_and_widens_the_shapes(tiny, tmp_path):
+    from fewerpasses.core.widen import widen
+
+    out = widen(tiny, tmp_path / "wide", width=2.0, mlp=1.5)
+    small, wide = ModelShape.of(tiny), ModelShape.of(out)
+    assert (wide.layers, wide.vocab, wide.head_dim) == (small.layers, small.vocab, small.head_dim)
+    assert (wide.heads, wide.kv_heads, wide.hidden) == (2 * small.heads, 2 * small.kv_heads, 2 * small.hidden)
+    assert wide.weight_bytes > 2 * small.weight_bytes
+    assert (out / "tokenizer.json").read_bytes() == (tiny / "tokenizer.json").read_bytes()
+    model, _ = load(out)  # mlx-lm loads it as it is
+    assert len(model.layers) == small.layers

