@@ -21,7 +21,7 @@ import json
 import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .integrity import check_config_json, weight_files
 
@@ -181,6 +181,28 @@ class MemoryPlan:
 
             print(f"WARNING: {self.refusal()} Running anyway (allow_oversize).", file=sys.stderr, flush=True)
         return self
+
+
+def plan_loads(
+    cell: str,
+    target: str,
+    target_shape: ModelShape,
+    loads,
+    shape_of: Callable[[str], ModelShape],
+    prompts: Sequence[int],
+    max_tokens: int,
+    **kw,
+) -> MemoryPlan:
+    """The plan of a paired cell of `target` whose candidate holds `loads` besides it
+    (measure.cell.Loads: other models by directory, their caches, adapters, its widest
+    pass); `shape_of(dir)` reads a model's shape. `kw`: plan_cell's own."""
+    weights = {target: target_shape.weight_bytes}
+    for n, d in loads.models.items():
+        weights[n] = shape_of(d).weight_bytes
+    for n, b in loads.adapter_bytes.items():
+        weights[f"{n} adapter"] = b
+    caches = [CacheUse(target_shape)] + [CacheUse(shape_of(d), layers) for d, layers in loads.caches]
+    return plan_cell(cell, weights, caches, prompts, max_tokens, verify_rows=loads.verify_rows, **kw)
 
 
 def plan_cell(

@@ -18,7 +18,8 @@ from mlx_lm.utils import load_tokenizer
 
 from ..core.guards import allow_oversize, memory_budget, memory_margin
 from ..core.log import log
-from ..core.memory import DEFAULT_MARGIN, CacheUse, MemoryPlan, ModelShape, plan_cell
+from ..core.memory import DEFAULT_MARGIN, MemoryPlan, ModelShape, plan_loads
+from ..core.prefill import shared_prefix
 from ..core.models import load
 from ..core.prompts import encoded_prompts, eos_ids
 from .protocol import paired_runs
@@ -70,41 +71,21 @@ def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
     return dirs["model"], Loads(verify_rows=int(params.get("num_draft") or 0) + 1)
 
 
-def shared_prefix_tokens(prompts: List[List[int]], min_tokens: int = 256) -> int:
-    """The longest prefix a prompt shares with an earlier one, where core.prefill starts its
-    cache from that one's (at least `min_tokens`); 0 where none does."""
-    best = 0
-    for i, a in enumerate(prompts):
-        for b in prompts[:i]:
-            n = 0
-            for x, y in zip(a, b):
-                if x != y:
-                    break
-                n += 1
-            if n >= min_tokens:
-                best = max(best, n)
-    return best
-
-
 def cell_memory_plan(
     name: str, model_path, model_name: str, prompts: List[Dict], max_tokens: int, loads: Loads
 ) -> MemoryPlan:
-    """The cell's memory plan from its model files and encoded prompts (core.memory)."""
-    target = ModelShape.of(model_path)
-    weights = {model_name: target.weight_bytes}
-    for n, path in loads.models.items():
-        weights[n] = ModelShape.of(path).weight_bytes
-    for n, b in loads.adapter_bytes.items():
-        weights[f"{n} adapter"] = b
-    caches = [CacheUse(target)] + [CacheUse(ModelShape.of(d), layers) for d, layers in loads.caches]
-    return plan_cell(
+    """The cell's memory plan from its model files and encoded prompts (core.memory), with
+    the prefix its prompts share as the protocol shares it (core.prefill.shared_prefix)."""
+    shared = shared_prefix({p["id"]: mx.array(p["tokens"], dtype=mx.uint32) for p in prompts})
+    return plan_loads(
         name,
-        weights,
-        caches,
+        model_name,
+        ModelShape.of(model_path),
+        loads,
+        ModelShape.of,
         [len(p["tokens"]) for p in prompts],
         max_tokens,
-        verify_rows=loads.verify_rows,
-        shared_prefix=shared_prefix_tokens([p["tokens"] for p in prompts]),
+        shared_prefix=max((c.shared for c in shared.values() if c.base is not None), default=0),
         budget=memory_budget(),
         margin=memory_margin(DEFAULT_MARGIN),
     )

@@ -268,34 +268,29 @@ class LazyShapes(dict):
 
 def cell_memory(job: Dict, shapes: Dict, lengths: Dict[str, List[int]], fallback: List[int], budget, margin: float):
     """A cell's memory plan as the cell itself will make it (measure.cell.cell_memory_plan),
-    from shapes where the model files are not at hand."""
-    from ..core.memory import CacheUse, plan_cell
+    from shapes where the model files are not at hand; with the target and what the cell
+    holds besides it (its technique's `loads`)."""
+    from ..core.memory import plan_loads
     from ..core.technique import resolve
 
     by_dir = {d: m for m, d in ((job["models"][k], v) for k, v in job["dirs"].items())}
-    p = job["params"]
     dirs = dict(job["dirs"])
     if "baseline" in dirs:  # a diffusion adapter's base is its baseline's directory
         dirs.setdefault("base", dirs.get("baseline"))
-    target_dir, loads = resolve(job["loads"])(p, dirs)
+    _, loads = resolve(job["loads"])(job["params"], dirs)
     target = job["target"]
-    weights = {target: shapes[target].weight_bytes}
-    for n, d in loads.models.items():
-        weights[n] = shapes[by_dir[str(d)]].weight_bytes
-    for n, b in loads.adapter_bytes.items():
-        weights[f"{n} adapter"] = b
-    caches = [CacheUse(shapes[target])] + [CacheUse(shapes[by_dir[str(d)]], layers) for d, layers in loads.caches]
-    plan = plan_cell(
+    plan = plan_loads(
         f"{job['rule']} {job['file']}",
-        weights,
-        caches,
+        target,
+        shapes[target],
+        loads,
+        lambda d: shapes[by_dir[str(d)]],
         lengths.get(target, fallback),
-        p["max_tokens"],
-        verify_rows=loads.verify_rows,
+        job["params"]["max_tokens"],
         budget=budget,
         margin=margin,
     )
-    return plan, target
+    return plan, target, loads
 
 
 def write_plan(
@@ -357,7 +352,7 @@ def write_plan(
         )
 
     for job in cells:
-        plan, target = cell_memory(job, shapes, lengths, fallback, budget, margin)
+        plan, target, loads = cell_memory(job, shapes, lengths, fallback, budget, margin)
         r = rates[target]
         ps = lengths.get(target, fallback)
         p = job["params"]
@@ -370,7 +365,7 @@ def write_plan(
             repeats=p["repeats"],
             warmup=p["warmup"],
             candidate_token=candidate_factor(job["technique"], p, r),
-            cached_models=1 + len(plan_caches(job)),
+            cached_models=1 + len(loads.caches),
             models=len(job["dirs"]),
             # A draft tree's cell also times two-branch passes: priced as chains of twice the rows.
             cost_rows=([*range(1, k + 2)] + [2 * j for j in range(1, k + 2) if p.get("branches", 1) > 1])
@@ -414,13 +409,6 @@ def this_machine(env: Dict) -> str:
     """The machine the probes ran on, as the plan's header names it."""
     mem = f", {env['memory_gb']:.0f} GB" if env.get("memory_gb") else ""
     return f"{env.get('chip')} ({env.get('cpu_count')} cores{mem}), {env.get('os')}, {env.get('backend_device')}"
-
-
-def plan_caches(job: Dict) -> List:
-    from ..core.technique import resolve
-
-    dirs = {**job["dirs"], "base": job["dirs"].get("baseline")}
-    return resolve(job["loads"])(job["params"], dirs)[1].caches
 
 
 def support_job(need: Dict, r: Rates, prompts: Sequence[int], config: Dict) -> PlannedJob:
