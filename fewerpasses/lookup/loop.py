@@ -23,7 +23,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 from ..core.greedy import greedy
 from ..core.prefill import PromptCaches, caches_of, prefill
 from .draft import FIRST_DRAFT, AcceptanceEstimate, DraftPolicy, NgramIndex, gated_length, next_cap
-from .tree import accepted as tree_accepted, can_branch, commit, tree_pays, verify_branches
+from .tree import agreeing, can_branch, commit, tree_pays, verify_branches
 
 
 class DraftIndex(Protocol):
@@ -69,22 +69,25 @@ class LookupStream:
         self.draft_seconds += time.perf_counter() - t0
         return out
 
-    def _tree(self, index, cache, limit: int, accept) -> Optional[List]:
-        """Two branches to verify this round, where the index offers them, the cache can be
-        copied, and (with the cost gate) two pay more than a chain; else None."""
+    def _branches(self, index, cache, limit: int) -> Optional[List]:
+        """The index's branches for this round (its first is the chain's draft), where it
+        offers them and the cache can be copied; else None."""
         if not hasattr(index, "branches") or not can_branch(cache):
             return None
-        tree = self._timed(index.branches, limit, 2)
+        return self._timed(index.branches, limit, 2)
+
+    def _tree_pays(self, tree: List, accept) -> bool:
+        """Whether to verify these branches together: two of them, and (with the cost gate)
+        their expected tokens per unit of cost above the chain's."""
         if len(tree) < 2:
-            return None
+            return False
         p = self.policy
-        if p.verify_cost is not None and p.tree_cost is not None:
-            # The second branch's chance where the first is wrong: its share of what the first leaves.
-            share2, leaves = tree[1][1], max(1e-9, 1.0 - tree[0][1])
-            width = max(len(b) for b, _ in tree)
-            if not tree_pays(accept.rate, share2 / leaves, width, p.verify_cost, p.tree_cost)[0]:
-                return None
-        return tree
+        if p.verify_cost is None or p.tree_cost is None:
+            return True
+        # The second branch's chance where the first is wrong: its share of what the first leaves.
+        share2, leaves = tree[1][1], max(1e-9, 1.0 - tree[0][1])
+        width = max(len(b) for b, _ in tree)
+        return tree_pays(accept.rate, share2 / leaves, width, p.verify_cost, p.tree_cost)[0]
 
     def _run(self):
         model, policy, max_tokens = self.model, self.policy, self.max_tokens
@@ -145,12 +148,13 @@ class LookupStream:
                 self._timed(index.append, tok)
                 known = True
                 continue
-            tree = self._tree(index, cache, limit, accept) if policy.branches > 1 and limit > 0 else None
+            branched = self._branches(index, cache, limit) if policy.branches > 1 and limit > 0 else None
+            tree = branched if branched is not None and self._tree_pays(branched, accept) else None
             if tree is not None:
                 # Two branches in one pass; the round keeps the one with more accepted drafts.
                 branches = [b for b, _ in tree]
                 all_targets, copies = verify_branches(model, cache, int(y.item()), branches)
-                kept = [tree_accepted(b, t) for b, t in zip(branches, all_targets)]
+                kept = [agreeing(b, t) for b, t in zip(branches, all_targets)]
                 chosen = max(range(len(branches)), key=lambda i: (kept[i], -i))
                 drafts, targets, m = branches[chosen], all_targets[chosen], kept[chosen]
                 commit(cache, copies, chosen, m + 1)
@@ -159,7 +163,10 @@ class LookupStream:
                 accept.update(len(branches[0]), kept[0])
                 k = len(drafts)
             else:
-                drafts = self._timed(index.continuation, limit) if limit > 0 else []
+                if branched is not None:  # the index's first branch is its chain draft
+                    drafts = branched[0][0] if branched else []
+                else:
+                    drafts = self._timed(index.continuation, limit) if limit > 0 else []
                 if not drafts:
                     y = step(y)
                     mx.async_eval(y)
@@ -167,9 +174,7 @@ class LookupStream:
                     continue
                 targets = verify(y, drafts).tolist()
                 k = len(drafts)
-                m = 0
-                while m < k and drafts[m] == targets[m]:
-                    m += 1
+                m = agreeing(drafts, targets)
                 accept.update(k, m)
             accept.emitted(m + 1)
             if adaptive:

@@ -43,9 +43,10 @@ def verify_branches(model: nn.Module, cache: Sequence[KVCache], token: int, bran
     return targets.tolist(), tmp
 
 
-def accepted(branch: Sequence[int], targets: Sequence[int]) -> int:
+def agreeing(drafts: Sequence[int], targets: Sequence[int]) -> int:
+    """How many leading drafts the verify pass's greedy targets agree with: a round keeps them."""
     m = 0
-    while m < len(branch) and branch[m] == targets[m]:
+    while m < len(drafts) and drafts[m] == targets[m]:
         m += 1
     return m
 
