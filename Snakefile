@@ -13,6 +13,7 @@
 #   results/diffusion/<model>/<baseline>/block<b>_thr<t>.json    one diffusion cell
 #   results/suffix/<model>/draft<k>_<memory>_b<n>.json          one suffix-drafting cell
 #   results/ceiling/<model>/draft<k>.json                      one perfect-draft ceiling cell (a bound)
+#   results/text_bounds/<model>/draft<k>.json                  what drafting from the text can reach, below it
 #   results/profile/, calibration/, search/      layer skipping's per-model measurements
 #   results/quality/<model>/<question_set>.json   quality on the question set (plain decoding)
 #   results/quality_check/<model>/<question_set>.json   the lossless rows run on the questions
@@ -68,6 +69,8 @@ localrules:
     plot_techniques,
     results,
     plan,
+    text_bounds,
+    text_bounds_table,
 
 
 rule all:

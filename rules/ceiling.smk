@@ -20,3 +20,49 @@ rule ceiling_cell:
         cell=cell_params("ceiling"),
     script:
         "../scripts/ceiling_cell.py"
+
+
+# What drafting from the text can reach, below the ceiling: the copy and match bounds of each
+# prompt, from the reference answers and the ceiling cell's measured verify curve (nothing is
+# timed); then their table by category beside the measured drafters from the text.
+rule text_bounds:
+    input:
+        unpack(cell_inputs("ceiling")),
+        ceiling=rules.ceiling_cell.output[0],
+    output:
+        "results/text_bounds/{model}/draft{draft}.json",
+    log:
+        "logs/text_bounds/{model}/draft{draft}.log",
+    conda:
+        "../envs/fewerpasses.yaml"
+    script:
+        "../scripts/text_bounds.py"
+
+
+rule text_bounds_table:
+    input:
+        bounds=get_text_bounds_files,
+        by_category=get_category_table,
+    output:
+        csv=report(
+            "results/tables/text_bounds.csv",
+            caption="../report/text_bounds.rst",
+            category="Techniques compared",
+            subcategory="all models",
+            labels={"result": "what drafting from the text can reach", "file": "CSV"},
+        ),
+        md=report(
+            "results/tables/text_bounds.md",
+            caption="../report/text_bounds.rst",
+            category="Techniques compared",
+            subcategory="all models",
+            labels={"result": "what drafting from the text can reach", "file": "Markdown"},
+        ),
+    log:
+        "logs/tables/text_bounds.log",
+    conda:
+        "../envs/fewerpasses.yaml"
+    params:
+        labels=from_text_labels(),
+    script:
+        "../scripts/text_bounds_table.py"

@@ -232,6 +232,21 @@ def get_own_quality_files(wildcards=None):
     return [rule_file(o) for t in TECHNIQUES.values() for o in t.quality_outputs(config, QUALITY["question_set"])]
 
 
+def get_text_bounds_files(wildcards=None):
+    """The text bounds of every ceiling cell (rules/ceiling.smk): one per (model, draft length)."""
+    return [output_path(rules.text_bounds.output[0], **w) for w in TECHNIQUES["ceiling"].cells(config)]
+
+
+def get_category_table(wildcards=None):
+    """The comparison's by-category table (rules/techniques.smk), once every rule is read."""
+    return rules.compare_techniques.output.by_category
+
+
+def from_text_labels():
+    """The labels of the drafters from the text, whose rows the text bounds are set beside."""
+    return [t.label for t in TECHNIQUES.values() if t.drafts_from_text]
+
+
 def get_noise_files(wildcards=None):
     """Each measured model's A/A run (plain against plain): the noise floor of its speedups."""
     targets = config["noise"].get("models") or lossless_targets()

@@ -87,6 +87,23 @@ def test_suffix_drafting_gives_plain_decodings_tokens(tiny, k):
     assert drafted > 0
 
 
+def test_drafts_gated_by_match_length_give_plain_decodings_tokens(tiny):
+    """Acceptance by match length (the suffix default) on a cheap verify curve: drafts are
+    sized by each match, and the tokens stay plain decoding's."""
+    _, model, _ = tiny
+    flat = (1.0, 1.03, 1.06, 1.09, 1.12)
+    policy = DraftPolicy(num_draft=4, max_ngram=2, min_ngram=2, verify_cost=flat, acceptance="by_match")
+    drafted = 0
+    for tokens in ([5, 17, 42, 99, 5, 17, 42, 99, 5, 17], [3, 3, 3, 3, 3]):
+        prompt = mx.array(tokens, dtype=mx.uint32)
+        plain = timed_generation(lambda: plain_stream(model, prompt, 30), len(tokens))
+        index = lambda p, _: SuffixIndex(p, S)  # noqa: E731
+        out = timed_generation(lambda: lookup_stream(model, prompt, 30, policy, index=index), len(tokens))
+        assert out.tokens == plain.tokens
+        drafted += out.drafted
+    assert drafted > 0
+
+
 @pytest.mark.parametrize("memory", ["prompt", "set"])
 def test_a_suffix_cell_is_lossless_and_says_what_its_memory_held(tiny, repo, memory):
     path, model, _ = tiny

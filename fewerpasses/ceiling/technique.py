@@ -27,6 +27,11 @@ def rows(target: str, cells: List[Dict], earlier=None):
     return [("perfect-draft ceiling (bound)", f"the answer's own tokens, k={b['num_draft']}", b)] if b else []
 
 
+def outputs(config: Dict) -> List:
+    """The table of what drafting from the text can reach, where a ceiling cell runs."""
+    return [("text_bounds_table", {})] if grid(config) else []
+
+
 def check(config: Dict, basedir: str = ".") -> None:
     check_models(config, "ceiling")
 
@@ -40,5 +45,6 @@ TECHNIQUE = Technique(
     targets=lambda config: list(_section(config).get("models", [])),
     rows=rows,
     params=params,
+    outputs=outputs,
     check=check,
 )

@@ -103,6 +103,10 @@ class Technique:
     # answer they are timed on, so its rows are never run on the question set, and the
     # comparison reads every other row as a share of it.
     bound: bool = False
+    # A drafter from the text (its drafts are spans of the prompt, the output so far or earlier
+    # answers): its rows are measured against the bounds of what the text holds
+    # (ceiling/text_bounds.py).
+    drafts_from_text: bool = False
     # "module:function" `(params, model dirs by input name) -> (target dir, measure.cell.Loads)`:
     # what a cell holds besides its target, for its memory plan; the cell uses the same.
     loads: str = "fewerpasses.measure.cell:loads"

@@ -34,6 +34,9 @@ class DraftPolicy:
       lookup/tree.py), where the index offers several; 1 verifies a chain. With the gate,
       `tree_cost[k]` is what a pass of two branches of k drafts each costs, in the same
       units, and a round verifies two only where that pays (`tree.tree_pays`).
+    acceptance: how the gate estimates the chance a drafted token is kept: "recent", one rate
+      from recent drafts (`AcceptanceEstimate`); "by_match", one per length of the match the
+      token follows (`MatchAcceptance`), for an index that reports its match.
     """
 
     num_draft: int
@@ -44,6 +47,7 @@ class DraftPolicy:
     restart_cost: float = 0.0
     branches: int = 1
     tree_cost: Optional[Tuple[float, ...]] = None
+    acceptance: str = "recent"
 
     def __post_init__(self):
         if self.num_draft < 0:
@@ -52,6 +56,8 @@ class DraftPolicy:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {self.min_ngram} and {self.max_ngram}")
         if self.branches not in (1, 2):
             raise ValueError(f"branches must be 1 (a chain) or 2 (a draft tree), got {self.branches}")
+        if self.acceptance not in ACCEPTANCES:
+            raise ValueError(f"acceptance must be one of {sorted(ACCEPTANCES)}, got {self.acceptance!r}")
 
 
 FIRST_DRAFT = 2
@@ -85,14 +91,29 @@ def gated_length(limit: int, acceptance: float, verify_cost: Sequence[float], ov
     return best_k
 
 
+def gated_length_of(chances: Sequence[float], verify_cost: Sequence[float], overhead: float = 0.0) -> int:
+    """`gated_length` where the i-th drafted token is kept, given the ones before it were, with
+    probability chances[i - 1] (one per draft length up to the limit)."""
+    best_k, best_rate = 0, 1.0
+    expected, kept_so_far = 1.0, 1.0
+    for k in range(1, min(len(chances), len(verify_cost) - 1) + 1):
+        kept_so_far *= chances[k - 1]
+        expected += kept_so_far
+        rate = expected / (verify_cost[k] + overhead)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k
+
+
 class AcceptanceEstimate:
     """Per-token acceptance of recent drafts: kept tokens against first refusals, with the
-    prior's pseudo-counts, the evidence decaying with every emitted token."""
+    prior's pseudo-counts, the evidence decaying with every emitted token. One rate for every
+    draft: what the gate (`gated`) prices each drafted token at."""
 
     def __init__(self):
         self.kept = self.refused = 0.0
 
-    def update(self, drafted: int, kept: int) -> None:
+    def update(self, drafted: int, kept: int, match: int = 0) -> None:
         self.kept += kept
         self.refused += 1.0 if kept < drafted else 0.0
 
@@ -103,6 +124,65 @@ class AcceptanceEstimate:
     @property
     def rate(self) -> float:
         return (PRIOR_KEPT + self.kept) / (PRIOR_KEPT + PRIOR_REFUSED + self.kept + self.refused)
+
+    def chance(self, match: int = 0) -> float:
+        """The chance that a draft's first token is kept (the same at any match length)."""
+        return self.rate
+
+    def gated(self, limit: int, verify_cost: Sequence[float], overhead: float = 0.0, match: int = 0) -> int:
+        return gated_length(limit, self.rate, verify_cost, overhead)
+
+
+# Acceptance by match length: the prior chance that a drafted token is kept where the
+# context it follows matches m tokens of the history, m / (m + 2) (a third after one token, a
+# half after two, 0.8 after eight), held as MATCH_PRIOR_WEIGHT pseudo-observations per length;
+# the evidence fades per emitted token by MATCH_DECAY (a half-life of about 70 tokens: each
+# length sees a few drafts per answer); lengths from MATCH_CAP on share one estimate.
+MATCH_PRIOR_WEIGHT, MATCH_DECAY, MATCH_CAP = 2.0, 0.99, 16
+
+
+class MatchAcceptance:
+    """Per-token acceptance by the length of the match a token follows, for an index that
+    reports its match (the suffix trie's `match_length`): the i-th token of a draft from a
+    match of m tokens follows a match of m + i - 1 once the ones before it are kept, so a long
+    match earns a long draft, a short one a short draft or none, each priced at what drafts
+    from such matches kept in this run. Every drafted token is evidence for its own length: a
+    kept one for, the first refused one against (those after it are never checked)."""
+
+    def __init__(self):
+        self.kept: Dict[int, float] = {}
+        self.refused: Dict[int, float] = {}
+
+    def chance(self, match: int) -> float:
+        m = min(max(match, 1), MATCH_CAP)
+        prior = m / (m + 2)
+        kept, refused = self.kept.get(m, 0.0), self.refused.get(m, 0.0)
+        return (prior * MATCH_PRIOR_WEIGHT + kept) / (MATCH_PRIOR_WEIGHT + kept + refused)
+
+    def update(self, drafted: int, kept: int, match: int = 0) -> None:
+        for i in range(kept):
+            m = min(max(match + i, 1), MATCH_CAP)
+            self.kept[m] = self.kept.get(m, 0.0) + 1.0
+        if kept < drafted:
+            m = min(max(match + kept, 1), MATCH_CAP)
+            self.refused[m] = self.refused.get(m, 0.0) + 1.0
+
+    def emitted(self, n: int = 1) -> None:
+        f = MATCH_DECAY**n
+        for counts in (self.kept, self.refused):
+            for m in counts:
+                counts[m] *= f
+
+    def gated(self, limit: int, verify_cost: Sequence[float], overhead: float = 0.0, match: int = 0) -> int:
+        """The draft length worth verifying after a match of `match` tokens; 0 without one."""
+        if match <= 0:
+            return 0
+        return gated_length_of([self.chance(match + i) for i in range(limit)], verify_cost, overhead)
+
+
+# How the cost gate estimates acceptance (`DraftPolicy.acceptance`): one recent rate, or one per
+# match length (for an index that reports its match).
+ACCEPTANCES = {"recent": AcceptanceEstimate, "by_match": MatchAcceptance}
 
 
 class NgramIndex:

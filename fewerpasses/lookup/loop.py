@@ -22,7 +22,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
 from ..core.greedy import greedy
 from ..core.prefill import PromptCaches, caches_of, prefill
-from .draft import FIRST_DRAFT, AcceptanceEstimate, DraftPolicy, NgramIndex, gated_length, next_cap
+from .draft import ACCEPTANCES, FIRST_DRAFT, DraftPolicy, NgramIndex, next_cap
 from .tree import agreeing, can_branch, commit, tree_pays, verify_branches
 
 
@@ -76,7 +76,7 @@ class LookupStream:
             return None
         return self._timed(index.branches, limit, 2)
 
-    def _tree_pays(self, tree: List, accept) -> bool:
+    def _tree_pays(self, tree: List, accept, match: int = 0) -> bool:
         """Whether to verify these branches together: two of them, and (with the cost gate)
         their expected tokens per unit of cost above the chain's."""
         if len(tree) < 2:
@@ -87,7 +87,7 @@ class LookupStream:
         # The second branch's chance where the first is wrong: its share of what the first leaves.
         share2, leaves = tree[1][1], max(1e-9, 1.0 - tree[0][1])
         width = max(len(b) for b, _ in tree)
-        return tree_pays(accept.rate, share2 / leaves, width, p.verify_cost, p.tree_cost)[0]
+        return tree_pays(accept.chance(match), share2 / leaves, width, p.verify_cost, p.tree_cost)[0]
 
     def _run(self):
         model, policy, max_tokens = self.model, self.policy, self.max_tokens
@@ -115,8 +115,12 @@ class LookupStream:
         cap = min(policy.num_draft, FIRST_DRAFT) if adaptive else policy.num_draft
         # Backoff: after single-token drafts refused in a row, no draft for 2, 4, .. 16 tokens.
         refusals, quiet_until = 0, 0
-        # The cost gate: recent acceptance against the measured verify curve.
-        accept = AcceptanceEstimate()
+        # The cost gate: acceptance (recent, or by match length) against the measured verify curve.
+        accept = ACCEPTANCES[policy.acceptance]()
+        by_match = policy.acceptance == "by_match"
+        if by_match and not hasattr(index, "match_length"):
+            raise ValueError("acceptance by_match needs an index that reports its match length (the suffix trie)")
+        match = 0
         n = 0
         while n < max_tokens:
             # Tokens still allowed after y (if unread) or after the last emitted one.
@@ -125,7 +129,8 @@ class LookupStream:
             if limit > 0 and gate:
                 # A known y means no step is queued: the pipeline is already left.
                 overhead = 0.0 if known else policy.restart_cost
-                limit = gated_length(limit, accept.rate, policy.verify_cost, overhead)
+                match = self._timed(index.match_length) if by_match else 0
+                limit = accept.gated(limit, policy.verify_cost, overhead, match)
             if not known:
                 # A step is queued: the n-gram before y tells, without waiting, whether a draft
                 # may follow y. If none can, queue the next step and read y, as plain decoding
@@ -149,7 +154,7 @@ class LookupStream:
                 known = True
                 continue
             branched = self._branches(index, cache, limit) if policy.branches > 1 and limit > 0 else None
-            tree = branched if branched is not None and self._tree_pays(branched, accept) else None
+            tree = branched if branched is not None and self._tree_pays(branched, accept, match) else None
             if tree is not None:
                 # Two branches in one pass; the round keeps the one with more accepted drafts.
                 branches = [b for b, _ in tree]
@@ -160,7 +165,7 @@ class LookupStream:
                 commit(cache, copies, chosen, m + 1)
                 self.tree_rounds.append({"branches": [len(b) for b in branches], "accepted": kept, "chosen": chosen})
                 # Acceptance stays the chain's (the first branch's): what the gate prices.
-                accept.update(len(branches[0]), kept[0])
+                accept.update(len(branches[0]), kept[0], match)
                 k = len(drafts)
             else:
                 if branched is not None:  # the index's first branch is its chain draft
@@ -175,7 +180,7 @@ class LookupStream:
                 targets = verify(y, drafts).tolist()
                 k = len(drafts)
                 m = agreeing(drafts, targets)
-                accept.update(k, m)
+                accept.update(k, m, match)
             accept.emitted(m + 1)
             if adaptive:
                 cap = next_cap(cap, k, m, policy.num_draft)

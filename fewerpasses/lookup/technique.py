@@ -69,6 +69,7 @@ TECHNIQUE = Technique(
     name="lookup",
     label="prompt lookup",
     lossless=True,
+    drafts_from_text=True,
     grid=grid,
     targets=lambda config: list(_section(config).get("models", [])),
     rows=rows,

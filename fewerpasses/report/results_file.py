@@ -29,6 +29,7 @@ TABLES: Sequence[Tuple[str, str]] = (
     ("Every technique against plain decoding", "tables/techniques.md"),
     ("Speedup by task category", "tables/techniques_by_category.md"),
     ("Speedup by context length", "tables/techniques_by_context.md"),
+    ("What drafting from the text can reach", "tables/text_bounds.md"),
     ("Layer skipping: the sweep's summary", "tables/layerskip_summary.md"),
 )
 

@@ -18,9 +18,10 @@ from .draft import SuffixIndex, SuffixSettings
 MEMORIES = ("prompt", "set")
 
 
-def _policy(num_draft: int, min_match: int) -> DraftPolicy:
+def _policy(num_draft: int, min_match: int, acceptance: str) -> DraftPolicy:
     # The n-gram lengths of the policy are unused: the trie finds the match.
-    return DraftPolicy(num_draft=num_draft, max_ngram=max(1, min_match), min_ngram=max(1, min_match))
+    n = max(1, min_match)
+    return DraftPolicy(num_draft=num_draft, max_ngram=n, min_ngram=n, acceptance=acceptance)
 
 
 def suffix_cell(
@@ -41,6 +42,7 @@ def suffix_cell(
     warmup: int,
     cost_repeats: int = 5,
     branches: int = 1,
+    acceptance: str = "by_match",
 ) -> Dict:
     """Run one suffix-drafting cell and return its JSON (measure.results), with the verify
     costs it measured, the speedup its rounds predict at them, and what each run's memory held.
@@ -49,7 +51,7 @@ def suffix_cell(
     if memory not in MEMORIES:
         raise ValueError(f"memory must be one of {MEMORIES}, got {memory!r}")
     s = SuffixSettings(max_depth=max_depth, min_match=min_match, match_factor=match_factor, min_prob=min_prob)
-    policy = replace(_policy(num_draft, min_match), branches=branches)
+    policy = replace(_policy(num_draft, min_match, acceptance), branches=branches)
     settings = {
         "technique": "suffix",
         "target": model_name,
@@ -66,6 +68,7 @@ def suffix_cell(
         "match_factor": match_factor,
         "min_prob": min_prob,
         "cost_gate": cost_gate,
+        "acceptance": acceptance,
         "max_tokens": max_tokens,
         "repeats": repeats,
         "warmup": warmup,
@@ -142,7 +145,9 @@ def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
     question set): with memory across prompts, each question may draft from the answers to
     the questions run before it."""
     s = SuffixSettings(cell["max_depth"], cell["min_match"], cell["match_factor"], cell["min_prob"])
-    policy = replace(_policy(cell["num_draft"], cell["min_match"]), branches=cell.get("branches", 1))
+    # Cells written before acceptance by match length priced drafts at the recent rate.
+    acceptance = cell.get("acceptance", "recent")
+    policy = replace(_policy(cell["num_draft"], cell["min_match"], acceptance), branches=cell.get("branches", 1))
     if cell.get("cost_gate"):
         policy = gated(policy, costs_of(cell["verify_costs"]))
     return suffix_stream(model, max_tokens, policy, s, cell["memory"])

@@ -28,14 +28,15 @@ def params(wildcards, config: Dict) -> Dict:
         "num_draft": int(wildcards.draft),
         "memory": wildcards.memory,
         "branches": int(wildcards.branches),
-        **{k: s[k] for k in ("max_depth", "min_match", "match_factor", "min_prob", "cost_gate")},
+        **{k: s[k] for k in ("max_depth", "min_match", "match_factor", "min_prob", "cost_gate", "acceptance")},
         **generation_settings(config),
     }
 
 
 def label(cell: Dict) -> str:
     memory = "with memory across prompts" if cell["memory"] == "set" else "prompt and output only"
-    gate = ", cost-gated" if cell.get("cost_gate") else ""
+    by_match = cell.get("acceptance", "recent") == "by_match"
+    gate = (", cost-gated by match length" if by_match else ", cost-gated") if cell.get("cost_gate") else ""
     tree = ", trees of 2 branches" if cell.get("branches", 1) > 1 else ""
     return f"suffix trie, k<={cell['num_draft']}{gate}{tree}, {memory}"
 
@@ -69,6 +70,7 @@ TECHNIQUE = Technique(
     name="suffix",
     label="suffix drafting",
     lossless=True,
+    drafts_from_text=True,
     grid=grid,
     targets=lambda config: list(_section(config).get("models", [])),
     rows=rows,

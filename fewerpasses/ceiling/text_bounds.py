@@ -1,0 +1,157 @@
+"""What drafting from the text can reach: two bounds below the perfect-draft ceiling, computed
+from the reference answers and a ceiling cell's measured verify curve, without timing.
+
+A drafter from the text (prompt lookup, suffix drafting, with or without memory across
+prompts) proposes tokens that occur, in that order, in what it may read: the prompt, the
+output so far and, with memory, earlier answers. So the drafts a round keeps are a span of the
+answer found there, and the bounds ask how long that span can be at each position:
+
+- the copy bound: the longest span of the answer from this position that occurs anywhere in
+  the text, as if the drafter knew where to look;
+- the match bound: the longest that follows an earlier occurrence of the last token so far,
+  the choice among those occurrences made perfectly. Every drafter that continues an earlier
+  occurrence of its context (a suffix match of one token or more) keeps no more per round.
+
+Each bound is then the cheapest way to emit the answer with rounds that keep at most that
+much (`least_cost`), priced as a cell's replayed speedup prices its rounds
+(measure.costs.replayed_speedup): a round of d drafts costs one synchronous verify pass of d +
+1 tokens (and leaving the pipeline, after a plain step), a token without a draft one plain
+step. A refused draft only adds cost, so no such drafter beats its bound; the ceiling is the
+same sum with every span unbounded, so all three share one scale and a bound's share of the
+ceiling is the most a drafter from the text can reach of it on this machine.
+"""
+
+import json
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+# The bounds, by the context a span must follow: none (copy), the last token (match).
+BOUNDS: Dict[str, int] = {"copy": 0, "match": 1}
+
+
+def span_lengths(sources: Sequence[Sequence[int]], answer: Sequence[int], limit: int, context: int) -> List[int]:
+    """For each position i of `answer`, the longest span answer[i:i + l] (l <= limit) found at
+    a position of a text whose `context` tokens before it equal the last `context` tokens so
+    far. The texts: each source alone (memory), and the last source (the prompt) followed by
+    answer[:i]; a span must lie within a text as it stands, since a drafter cannot read ahead."""
+    answer = [int(t) for t in answer]
+    texts = [[int(t) for t in s] for s in sources] or [[]]
+    history = texts[-1]
+
+    # Where each (context, token) key starts a possible span, per text.
+    def key(text: List[int], j: int) -> Tuple[int, ...]:
+        return tuple(text[j - context : j + 1])
+
+    where: List[Dict[Tuple[int, ...], List[int]]] = []
+    for text in texts:
+        w: Dict[Tuple[int, ...], List[int]] = {}
+        for j in range(context, len(text)):
+            w.setdefault(key(text, j), []).append(j)
+        where.append(w)
+    out = []
+    for i, token in enumerate(answer):
+        best = 0
+        if len(history) >= context:
+            k = tuple(history[len(history) - context :]) + (token,)
+            for text, w in zip(texts, where):
+                for j in w.get(k, ()):
+                    n = 0
+                    while n < limit and i + n < len(answer) and j + n < len(text) and text[j + n] == answer[i + n]:
+                        n += 1
+                    best = max(best, n)
+                    if best == limit:
+                        break
+                if best == limit:
+                    break
+        out.append(best)
+        history.append(token)
+        if len(history) > context:
+            where[-1].setdefault(key(history, len(history) - 1), []).append(len(history) - 1)
+    return out
+
+
+def least_cost(lengths: Sequence[int], verify: Dict[int, float], plain: float, restart: float, limit: int) -> float:
+    """The least cost of emitting the answer when the round at position i may keep at most
+    lengths[i] drafts (and at most `limit`): `verify[k]` is a synchronous pass of k tokens,
+    `plain` a pipelined step without a draft, `restart` what the first drafting round after a
+    plain step pays for leaving the pipeline (as prompt lookup's loop pays it). Drafting more
+    than is kept only adds cost, so a round of d kept drafts pays the cheapest pass of d + 1
+    tokens or more (the curve is measured, not monotone)."""
+    top = max(k for k in verify if k <= limit + 1)
+    envelope = {d: min(verify[k] for k in verify if d + 1 <= k <= top) for d in range(1, top)}
+    n = len(lengths)
+    # best[i][s]: the least cost of emitting answer[i:], from the pipeline (s = 0) or just
+    # after a drafting round's synchronous pass (s = 1).
+    best = [[0.0, 0.0] for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for s in (0, 1):
+            cost = plain + best[i + 1][0]
+            # A round of d drafts emits them and its own token: d + 1 positions.
+            for d in range(1, min(lengths[i], limit, n - i - 1, top - 1) + 1):
+                cost = min(cost, envelope[d] + (restart if s == 0 else 0.0) + best[i + d + 1][1])
+            best[i][s] = cost
+    return best[0][0] if n else 0.0
+
+
+def bound_speedup(lengths: Sequence[int], verify: Dict[int, float], plain: float, restart: float, limit: int) -> float:
+    """A bound's speedup over plain decoding for one answer: its tokens at the plain rate over
+    the least cost. With every length at `limit` it is the perfect-draft ceiling's."""
+    cost = least_cost(lengths, verify, plain, restart, limit)
+    return len(lengths) * plain / cost if cost > 0 else float("nan")
+
+
+def prompt_bounds(
+    prompt: Sequence[int], answer: Sequence[int], memory: Sequence[Sequence[int]], costs: Dict, limit: int
+) -> Dict[str, float]:
+    """One prompt's ceiling and bounds at a cell's `verify_costs`, each bound without memory
+    (`copy`, `match`) and with it (`copy_memory`, `match_memory`)."""
+    verify = {int(k): v for k, v in costs["seconds"].items()}
+    plain = costs["plain_token_seconds"]
+    restart = max(0.0, verify[1] - plain)
+
+    def speedup(lengths):
+        return bound_speedup(lengths, verify, plain, restart, limit)
+
+    out = {"ceiling": speedup([limit] * len(answer))}
+    for name, context in BOUNDS.items():
+        out[name] = speedup(span_lengths([prompt], answer, limit, context))
+        out[f"{name}_memory"] = speedup(span_lengths([*memory, prompt], answer, limit, context))
+    return out
+
+
+def text_bounds(model_path, reference: Dict, prompt_set_path, ceiling: Dict) -> Dict:
+    """The bounds of every prompt of a ceiling cell's run, at that cell's measured verify curve
+    and plain token and its draft length. With memory, a prompt's text also holds the reference
+    answers to the prompts before it in the set, as suffix drafting's `memory: set` holds the
+    answers it made to them (suffix/cell.py)."""
+    from mlx_lm.utils import load_tokenizer
+
+    from ..core.prompts import encoded_prompts
+    from ..measure.reference import reference_tokens, stored_answers
+
+    eos = json.loads((Path(model_path) / "config.json").read_text()).get("eos_token_id")
+    tokenizer = load_tokenizer(Path(model_path), eos_token_ids=eos)
+
+    def unknown(ids):
+        raise ValueError("the reference lacks the answer to an earlier turn: rerun reference_outputs")
+
+    prompts = encoded_prompts(tokenizer, prompt_set_path, stored_answers(reference, unknown), {})
+    answers = reference_tokens(prompts, reference, ceiling["max_tokens"])
+    limit = int(ceiling["num_draft"])
+    per_prompt, earlier = [], []
+    for p in prompts:
+        answer = answers[p["id"]]
+        bounds = prompt_bounds(p["tokens"], answer, earlier, ceiling["verify_costs"], limit)
+        per_prompt.append(
+            {"prompt_id": p["id"], "category": p.get("category") or "-", "answer_tokens": len(answer), **bounds}
+        )
+        earlier.append(list(answer))
+    return {
+        "model": ceiling["target"],
+        "prompt_set": Path(prompt_set_path).stem,
+        "num_draft": limit,
+        "max_tokens": ceiling["max_tokens"],
+        "verify_costs": ceiling["verify_costs"],
+        "ceiling_commit": (ceiling.get("environment") or {}).get("commit"),
+        "per_prompt": per_prompt,
+    }

@@ -1,0 +1,114 @@
+"""The table of what drafting from the text can reach (ceiling/text_bounds.py), by category:
+the perfect-draft ceiling, the copy and match bounds with and without memory across prompts,
+each as a speedup and a share of the ceiling, beside the best measured drafter from the text."""
+
+import json
+import math
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence
+
+import pandas as pd
+
+from ..ceiling.text_bounds import BOUNDS
+from ..core.atomic import write_text
+
+OVERALL = "geometric mean over categories"
+# The columns, in order: each bound without memory, then with it.
+COLUMNS = [name for b in BOUNDS for name in (b, f"{b}_memory")]
+HEADINGS = {
+    "copy": "copy bound",
+    "copy_memory": "copy bound, memory",
+    "match": "match bound",
+    "match_memory": "match bound, memory",
+}
+
+
+def bounds_frame(paths: Iterable) -> pd.DataFrame:
+    """Per (target, draft length, category): the median over its prompts of the ceiling and of
+    each bound (speedups), and of each bound's share of the prompt's ceiling."""
+    out = []
+    for path in paths:
+        b = json.loads(Path(path).read_text())
+        per = pd.DataFrame(b["per_prompt"])
+        for category, g in per.groupby("category", sort=True):
+            row = {"target": b["model"], "num_draft": b["num_draft"], "category": category, "prompts": len(g)}
+            row["ceiling"] = g.ceiling.median()
+            for c in COLUMNS:
+                row[c] = g[c].median()
+                row[f"{c}_share"] = (g[c] / g.ceiling).median()
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def _geomean(values: Sequence[float]) -> float:
+    values = [v for v in values if v > 0 and not math.isnan(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+
+
+def from_text(by_category: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:
+    """The comparison's by-category rows of the drafters from the text (a technique whose
+    label starts with one of `labels`), the categories only."""
+    keep = by_category.technique.map(lambda t: any(str(t).startswith(x) for x in labels))
+    return by_category[keep & (by_category.category != "overall")]
+
+
+def _best(rows: pd.DataFrame) -> str:
+    """The row with the largest speedup, as "speedup (share of ceiling), technique"."""
+    x = rows.loc[rows.speedup.idxmax()]
+    return f"{x.speedup:.2f}x ({x.ceiling_share:.0%}), {x.technique}"
+
+
+def _best_geomean(rows: pd.DataFrame) -> str:
+    """The row (technique and config) with the largest geometric mean over the categories; the
+    geometric mean of its shares is its geometric mean over the ceiling's."""
+    means = rows.groupby(["technique", "config"], sort=False).agg(
+        speedup=("speedup", _geomean), ceiling_share=("ceiling_share", _geomean)
+    )
+    (tech, _), x = max(means.iterrows(), key=lambda kv: kv[1].speedup)
+    return f"{x.speedup:.2f}x ({x.ceiling_share:.0%}), {tech}"
+
+
+def bounds_table(frame: pd.DataFrame, measured: Optional[pd.DataFrame] = None) -> str:
+    """Markdown: per target and draft length, categories down, the ceiling, each bound as
+    "speedup (share of ceiling)", and the best measured drafter from the text in that
+    category; last, the geometric mean over the categories (a bound's share there is of the
+    ceiling's geometric mean), beside the measured row with the best geometric mean."""
+    lines: List[str] = []
+    for (target, k), g in frame.groupby(["target", "num_draft"], sort=False):
+        head = ["category", "prompts", f"ceiling k={k}"] + [HEADINGS[c] for c in COLUMNS]
+        m = measured[measured.target == target] if measured is not None else None
+        if m is not None and not m.empty:
+            head.append("best drafter from the text, measured")
+        lines += [f"### target: {target}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+        def cells(ceiling, values, shares):
+            return [f"{ceiling:.2f}x"] + [f"{v:.2f}x ({s:.0%})" for v, s in zip(values, shares)]
+
+        for _, r in g.sort_values("category").iterrows():
+            row = [r.category, str(int(r.prompts))]
+            row += cells(r.ceiling, [r[c] for c in COLUMNS], [r[f"{c}_share"] for c in COLUMNS])
+            if m is not None and not m.empty:
+                own = m[m.category == r.category]
+                row.append(_best(own) if not own.empty else "")
+            lines.append("| " + " | ".join(row) + " |")
+        ceiling = _geomean(g.ceiling)
+        values = [_geomean(g[c]) for c in COLUMNS]
+        row = [OVERALL, str(int(g.prompts.sum()))] + cells(ceiling, values, [v / ceiling for v in values])
+        if m is not None and not m.empty:
+            row.append(_best_geomean(m))
+        lines += ["| " + " | ".join(row) + " |", ""]
+    return "\n".join(lines)
+
+
+def write_bounds_table(
+    paths: Iterable, csv_path, md_path, by_category_csv=None, labels: Sequence[str] = ()
+) -> pd.DataFrame:
+    """Write the table (markdown) and its frame (CSV) from the bounds files and, where given,
+    the comparison's by-category CSV for the measured drafters from the text."""
+    frame = bounds_frame(paths)
+    measured = None
+    if by_category_csv is not None and labels:
+        measured = from_text(pd.read_csv(by_category_csv), labels)
+    frame.to_csv(csv_path, index=False)
+    write_text(md_path, bounds_table(frame, measured) + "\n")
+    return frame
