@@ -88,7 +88,7 @@ def test_suffix_drafting_gives_plain_decodings_tokens(tiny, k):
 
 
 def test_drafts_gated_by_match_length_give_plain_decodings_tokens(tiny):
-    """Acceptance by match length (the suffix default) on a cheap verify curve: drafts are
+    """Acceptance by match length (`acceptance: by_match`) on a cheap verify curve: drafts are
     sized by each match, and the tokens stay plain decoding's."""
     _, model, _ = tiny
     flat = (1.0, 1.03, 1.06, 1.09, 1.12)

@@ -42,7 +42,7 @@ def suffix_cell(
     warmup: int,
     cost_repeats: int = 5,
     branches: int = 1,
-    acceptance: str = "by_match",
+    acceptance: str = "recent",
 ) -> Dict:
     """Run one suffix-drafting cell and return its JSON (measure.results), with the verify
     costs it measured, the speedup its rounds predict at them, and what each run's memory held.

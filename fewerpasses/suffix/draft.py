@@ -9,8 +9,9 @@ most often (the most recent on a tie), while the estimated chance that the whole
 right (the product of each step's share of its node's count, as SuffixDecoding scores a
 path) stays at least `min_prob`, and for at most `match_factor` × the match length tokens: a
 longer match earns a longer draft. How many of those a round verifies is the cost gate's
-(lookup/draft.py), at the measured verify curve and, by default (`acceptance: by_match`), at
-what drafts after matches of each length kept in this run (`MatchAcceptance`).
+(lookup/draft.py), at the measured verify curve and at the recent acceptance, or (with
+`acceptance: by_match`) at what drafts after matches of each length kept in this run
+(`MatchAcceptance`).
 """
 
 from dataclasses import dataclass
