@@ -33,6 +33,8 @@ rule text_bounds:
         "results/text_bounds/{model}/draft{draft}.json",
     log:
         "logs/text_bounds/{model}/draft{draft}.log",
+    benchmark:
+        "benchmarks/text_bounds/{model}/draft{draft}.tsv"
     conda:
         "../envs/fewerpasses.yaml"
     script:
@@ -60,6 +62,8 @@ rule text_bounds_table:
         ),
     log:
         "logs/tables/text_bounds.log",
+    benchmark:
+        "benchmarks/tables/text_bounds.tsv"
     conda:
         "../envs/fewerpasses.yaml"
     params:
