@@ -4,8 +4,6 @@ context's last n tokens, in the prompt or the output so far. It reads no weights
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..measure.costs import expected_tokens
-
 
 @dataclass(frozen=True)
 class DraftPolicy:
@@ -82,18 +80,14 @@ def gated_length(limit: int, acceptance: float, verify_cost: Sequence[float], ov
     """The draft length in 1..limit with the most expected tokens per unit of cost (its
     verify, plus `overhead`), where each drafted token is kept with probability `acceptance`
     given the ones before it were; 0 where none beats plain decoding's one token per token
-    of cost."""
-    best_k, best_rate = 0, 1.0
-    for k in range(1, min(limit, len(verify_cost) - 1) + 1):
-        rate = expected_tokens(acceptance, k) / (verify_cost[k] + overhead)
-        if rate > best_rate:
-            best_k, best_rate = k, rate
-    return best_k
+    of cost. The rate is capped at 0.999, as `measure.costs.expected_tokens` caps it."""
+    return gated_length_of([min(acceptance, 0.999)] * max(limit, 0), verify_cost, overhead)
 
 
 def gated_length_of(chances: Sequence[float], verify_cost: Sequence[float], overhead: float = 0.0) -> int:
     """`gated_length` where the i-th drafted token is kept, given the ones before it were, with
-    probability chances[i - 1] (one per draft length up to the limit)."""
+    probability chances[i - 1] (one per draft length up to the limit): the expected tokens
+    of k drafts are 1 + c1 + c1 c2 + ... + c1 ... ck."""
     best_k, best_rate = 0, 1.0
     expected, kept_so_far = 1.0, 1.0
     for k in range(1, min(len(chances), len(verify_cost) - 1) + 1):
