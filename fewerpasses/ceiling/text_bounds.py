@@ -21,7 +21,6 @@ same sum with every span unbounded, so all three share one scale and a bound's s
 ceiling is the most a drafter from the text can reach of it on this machine.
 """
 
-import json
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
@@ -124,13 +123,11 @@ def text_bounds(model_path, reference: Dict, prompt_set_path, ceiling: Dict) -> 
     and plain token and its draft length. With memory, a prompt's text also holds the reference
     answers to the prompts before it in the set, as suffix drafting's `memory: set` holds the
     answers it made to them (suffix/cell.py)."""
-    from mlx_lm.utils import load_tokenizer
-
+    from ..core.models import tokenizer_of
     from ..core.prompts import encoded_prompts
     from ..measure.reference import reference_tokens, stored_answers
 
-    eos = json.loads((Path(model_path) / "config.json").read_text()).get("eos_token_id")
-    tokenizer = load_tokenizer(Path(model_path), eos_token_ids=eos)
+    tokenizer = tokenizer_of(model_path)
 
     def unknown(ids):
         raise ValueError("the reference lacks the answer to an earlier turn: rerun reference_outputs")

@@ -82,6 +82,15 @@ def load(path: str) -> Tuple[nn.Module, Any]:
     return loaded
 
 
+def tokenizer_of(path):
+    """The tokenizer alone, as mlx-lm's `load` makes it (the eos ids from config.json), without
+    loading any weights: prompts are encoded before a memory plan lets weights load."""
+    from mlx_lm.utils import load_tokenizer
+
+    eos = json.loads((Path(path) / "config.json").read_text()).get("eos_token_id")
+    return load_tokenizer(Path(path), eos_token_ids=eos)
+
+
 def weight_gb(model: nn.Module) -> float:
     """The size of a model's weights (quantized weights at their stored size), in GB."""
     from mlx.utils import tree_flatten

@@ -6,7 +6,6 @@ the rest, so every cell is measured the same way. `noise_cell` is the A/A run: p
 as its own candidate.
 """
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,13 +13,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import mlx.core as mx
 from mlx_lm.generate import generation_stream, wired_limit
-from mlx_lm.utils import load_tokenizer
 
 from ..core.guards import allow_oversize, memory_budget, memory_margin
 from ..core.log import log
 from ..core.memory import DEFAULT_MARGIN, MemoryPlan, ModelShape, plan_loads
 from ..core.prefill import shared_prefix
-from ..core.models import load
+from ..core.models import load, tokenizer_of
 from ..core.prompts import encoded_prompts, eos_ids
 from .protocol import paired_runs
 from .reference import reference_tokens, stored_answers
@@ -118,10 +116,8 @@ def run_cell(
     started_at, t0 = time.time(), time.perf_counter()
     max_tokens = settings["max_tokens"]
     cfg = {**settings, "model": settings["target"], "prompt_set": Path(prompt_set_path).stem}
-    # The tokenizer alone (as mlx-lm's load makes it): the prompts are encoded for the plan
-    # before any weights load.
-    eos = json.loads((Path(model_path) / "config.json").read_text()).get("eos_token_id")
-    tokenizer = load_tokenizer(Path(model_path), eos_token_ids=eos)
+    # The prompts are encoded for the plan before any weights load.
+    tokenizer = tokenizer_of(model_path)
     loaded: Dict = {}
 
     def target():
