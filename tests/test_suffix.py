@@ -72,29 +72,18 @@ def tiny(tmp_path_factory):
     return d, *load(d)
 
 
-@pytest.mark.parametrize("k", [2, 8])
-def test_suffix_drafting_gives_plain_decodings_tokens(tiny, k):
+# Acceptance by match length (`acceptance: by_match`) on a cheap verify curve, where its gate
+# lets drafts through, each sized by its match.
+BY_MATCH = DraftPolicy(4, 2, 2, verify_cost=(1.0, 1.03, 1.06, 1.09, 1.12), acceptance="by_match")
+
+
+@pytest.mark.parametrize(
+    "policy", [DraftPolicy(2, 2, 2), DraftPolicy(8, 2, 2), BY_MATCH], ids=["k2", "k8", "k4_by_match"]
+)
+def test_suffix_drafting_gives_plain_decodings_tokens(tiny, policy):
     _, model, _ = tiny
-    policy = DraftPolicy(num_draft=k, max_ngram=2, min_ngram=2)
     drafted = 0
     for tokens in ([5, 17, 42, 99, 5, 17, 42, 99, 5, 17], list(range(20, 50)), [3, 3, 3, 3, 3]):
-        prompt = mx.array(tokens, dtype=mx.uint32)
-        plain = timed_generation(lambda: plain_stream(model, prompt, 30), len(tokens))
-        index = lambda p, _: SuffixIndex(p, S)  # noqa: E731
-        out = timed_generation(lambda: lookup_stream(model, prompt, 30, policy, index=index), len(tokens))
-        assert out.tokens == plain.tokens
-        drafted += out.drafted
-    assert drafted > 0
-
-
-def test_drafts_gated_by_match_length_give_plain_decodings_tokens(tiny):
-    """Acceptance by match length (`acceptance: by_match`) on a cheap verify curve: drafts are
-    sized by each match, and the tokens stay plain decoding's."""
-    _, model, _ = tiny
-    flat = (1.0, 1.03, 1.06, 1.09, 1.12)
-    policy = DraftPolicy(num_draft=4, max_ngram=2, min_ngram=2, verify_cost=flat, acceptance="by_match")
-    drafted = 0
-    for tokens in ([5, 17, 42, 99, 5, 17, 42, 99, 5, 17], [3, 3, 3, 3, 3]):
         prompt = mx.array(tokens, dtype=mx.uint32)
         plain = timed_generation(lambda: plain_stream(model, prompt, 30), len(tokens))
         index = lambda p, _: SuffixIndex(p, S)  # noqa: E731

@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..ceiling.text_bounds import BOUNDS
 from ..core.atomic import write_text
+from .techniques import OVERALL as ALL_PROMPTS
 
 OVERALL = "geometric mean over categories"
 # The columns, in order: each bound without memory, then with it.
@@ -49,7 +50,7 @@ def from_text(by_category: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:
     """The comparison's by-category rows of the drafters from the text (a technique whose
     label starts with one of `labels`), the categories only."""
     keep = by_category.technique.map(lambda t: any(str(t).startswith(x) for x in labels))
-    return by_category[keep & (by_category.category != "overall")]
+    return by_category[keep & (by_category.category != ALL_PROMPTS)]
 
 
 def _best(rows: pd.DataFrame) -> str:
