@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import mlx.core as mx
 from mlx_lm.generate import generation_stream, wired_limit
 
+from ..core.environment import mark_job_start
 from ..core.guards import allow_oversize, memory_budget, memory_margin
 from ..core.log import log
 from ..core.memory import DEFAULT_MARGIN, MemoryPlan, ModelShape, plan_loads
@@ -114,6 +115,8 @@ def run_cell(
     hold Metal's wired limit, as mlx-lm's own generation does.
     """
     started_at, t0 = time.time(), time.perf_counter()
+    # A Mac's power and thermal state now, recorded beside the same read at the end.
+    mark_job_start()
     max_tokens = settings["max_tokens"]
     cfg = {**settings, "model": settings["target"], "prompt_set": Path(prompt_set_path).stem}
     # The prompts are encoded for the plan before any weights load.
