@@ -12,6 +12,7 @@ import mlx.core as mx
 import pytest
 
 from fewerpasses.core import environment as envmod
+from fewerpasses.core import guards
 from fewerpasses.core.environment import (
     JXA_SOURCE,
     NOTIFY_SOURCE,
@@ -79,6 +80,8 @@ def mac(monkeypatch, metal):
     monkeypatch.setattr(platform, "system", lambda: "Darwin")
     monkeypatch.setattr(platform, "mac_ver", lambda: ("15.3.1", ("", "", ""), "arm64"))
     monkeypatch.setattr(envmod, "_run", tools)
+    monkeypatch.setattr(guards, "_output", tools)
+    monkeypatch.delenv(guards.LIMIT_GB, raising=False)
 
     def forget():
         envmod._static.cache_clear()
@@ -195,3 +198,18 @@ def test_off_a_mac_no_tool_is_run(monkeypatch):
     envmod._job_start.clear()
     envmod.mark_job_start()
     assert tools.calls == [] and envmod._job_start == {}
+
+
+def test_the_budget_on_metal_is_the_recommended_working_set(mac):
+    assert guards.memory_budget() == (WORKING_SET, "Metal's recommended working set")
+
+
+def test_without_a_working_set_the_budget_is_what_vm_stat_leaves(mac, monkeypatch):
+    monkeypatch.setattr(mx, "device_info", lambda d=None: {"architecture": "applegpu_g15g"})
+    total = int(text("sysctl_hw_memsize.txt"))
+    # vm_stat: wired 176833, anonymous 286612, compressor 131402 pages of 16 KB.
+    want = total - (176833 + 286612 + 131402) * 16384
+    assert guards.darwin_memory(mac) == (want, "vm_stat: total less wired, anonymous and compressed pages")
+    assert guards.memory_budget() == guards.darwin_memory(mac)
+    assert guards.darwin_memory(Tools({("sysctl", "-n", "hw.memsize"): ""}))[0] is None
+    assert guards.darwin_memory(Tools({("vm_stat",): "vm_stat: not found"}))[0] is None

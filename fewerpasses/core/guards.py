@@ -20,7 +20,7 @@ import platform
 import re
 import subprocess
 import sys
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 HEADROOM = "FEWERPASSES_MEMORY_HEADROOM"
 MARGIN = "FEWERPASSES_MEMORY_MARGIN"
@@ -52,6 +52,29 @@ def darwin_available(vm_stat: str, total: int) -> Optional[int]:
     return max(0, total - sum(pages[k] for k in keys) * int(size.group(1)))
 
 
+def _output(*cmd: str) -> str:
+    """A macOS tool's stdout, "" where it could not run."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def darwin_memory(run: Optional[Callable[..., str]] = None) -> Tuple[Optional[int], str]:
+    """(bytes a new allocation can get on macOS, where that figure came from), from `sysctl -n
+    hw.memsize` and `vm_stat` (`run(*cmd)` gives a tool's stdout; None: `_output`, the tools
+    themselves); (None, why) where they do not answer as macOS's do."""
+    run = run or _output
+    try:
+        total = int(run("sysctl", "-n", "hw.memsize").strip())
+    except ValueError:
+        return None, "sysctl hw.memsize gave no number"
+    avail = darwin_available(run("vm_stat"), total)
+    if avail is None:
+        return None, "vm_stat gave no page counts"
+    return avail, "vm_stat: total less wired, anonymous and compressed pages"
+
+
 def available_memory() -> Tuple[Optional[int], str]:
     """(bytes a new allocation can get without swapping, where that figure came from);
     (None, why) when it cannot be told."""
@@ -67,13 +90,9 @@ def available_memory() -> Tuple[Optional[int], str]:
         except OSError:
             pass
     if system == "Darwin":
-        try:
-            total = int(subprocess.run(["sysctl", "-n", "hw.memsize"], capture_output=True, text=True).stdout)
-            avail = darwin_available(subprocess.run(["vm_stat"], capture_output=True, text=True).stdout, total)
-            if avail is not None:
-                return avail, "vm_stat: total less wired, anonymous and compressed pages"
-        except (OSError, ValueError):
-            pass
+        avail, source = darwin_memory()
+        if avail is not None:
+            return avail, source
     try:
         import psutil  # optional: not a dependency
 
@@ -85,16 +104,19 @@ def available_memory() -> Tuple[Optional[int], str]:
 
 def memory_budget() -> Tuple[Optional[int], str]:
     """(bytes a cell may hold at its peak, where that figure came from). On Metal, the
-    recommended working set: what macOS keeps resident for the GPU (about 70% of memory)."""
+    recommended working set: what macOS keeps resident for the GPU (about 70% of memory), as
+    `mx.device_info(mx.gpu)` reports it; elsewhere, or where it reports none, the memory
+    available."""
     if os.environ.get(LIMIT_GB):
         return int(float(os.environ[LIMIT_GB]) * 1e9), f"{LIMIT_GB}"
     try:
         import mlx.core as mx
-
-        if mx.metal.is_available():
-            return int(mx.device_info()["max_recommended_working_set_size"]), "Metal's recommended working set"
-    except (ImportError, KeyError, AttributeError):
-        pass
+    except ImportError:
+        return available_memory()
+    if mx.metal.is_available():
+        working_set = mx.device_info(mx.gpu).get("max_recommended_working_set_size")
+        if working_set:
+            return int(working_set), "Metal's recommended working set"
     return available_memory()
 
 
