@@ -10,6 +10,7 @@ from pathlib import Path
 
 import mlx.core as mx
 import pytest
+from mlx_lm.generate import generation_stream
 
 from fewerpasses.core import environment as envmod
 from fewerpasses.core import guards
@@ -23,6 +24,7 @@ from fewerpasses.core.environment import (
     power_mode,
     thermal_state,
 )
+from fewerpasses.core.wired import held_wired_limit, wired_limit_record
 
 FIXTURES = Path(__file__).parent / "fixtures" / "macos"
 DEVICE_INFO = json.loads((FIXTURES / "mx_device_info_gpu_m3_16gb.json").read_text())
@@ -213,3 +215,76 @@ def test_without_a_working_set_the_budget_is_what_vm_stat_leaves(mac, monkeypatc
     assert guards.memory_budget() == guards.darwin_memory(mac)
     assert guards.darwin_memory(Tools({("sysctl", "-n", "hw.memsize"): ""}))[0] is None
     assert guards.darwin_memory(Tools({("vm_stat",): "vm_stat: not found"}))[0] is None
+
+
+class Recorder:
+    """mx.set_wired_limit and mx.synchronize at their boundary: each call in order. The limit
+    is kept as Metal keeps it (set returns the previous one); synchronize still waits."""
+
+    def __init__(self, monkeypatch):
+        self.events, self.limit = [], 0
+        real_sync = mx.synchronize
+
+        def set_limit(n):
+            self.events.append(("set", n))
+            previous, self.limit = self.limit, n
+            return previous
+
+        def sync(s=None):
+            self.events.append(("sync", s))
+            real_sync(s)
+
+        monkeypatch.setattr(mx, "set_wired_limit", set_limit)
+        monkeypatch.setattr(mx, "synchronize", sync)
+
+    def synced_before_reset(self):
+        reset = max(i for i, (k, _) in enumerate(self.events) if k == "set")
+        return [s for k, s in self.events[:reset] if k == "sync"]
+
+
+def test_the_wired_limit_waits_on_every_stream_before_it_is_reset(mac, monkeypatch):
+    calls = Recorder(monkeypatch)
+    with held_wired_limit() as wired:
+        assert calls.limit == WORKING_SET
+        # A loop's next step queued on the default stream, and one on mlx-lm's stream.
+        mx.async_eval(mx.ones((64, 64)) @ mx.ones((64, 64)))
+        with mx.stream(generation_stream):
+            mx.async_eval(mx.zeros((8,)) + 1)
+    assert calls.events[0] == ("set", WORKING_SET) and calls.events[-1] == ("set", 0) and calls.limit == 0
+    synced = calls.synced_before_reset()
+    assert any(s is generation_stream for s in synced)
+    assert mx.default_stream(mx.default_device()) in synced
+    assert wired.to_dict() == {"requested": True, "limit_bytes": WORKING_SET, "macos": "15.3.1", "effective": True}
+
+
+def test_the_wired_limit_is_reset_after_a_failing_run(mac, monkeypatch):
+    calls = Recorder(monkeypatch)
+    with pytest.raises(RuntimeError, match="a run failed"):
+        with held_wired_limit():
+            raise RuntimeError("a run failed")
+    assert calls.limit == 0 and calls.synced_before_reset()
+
+
+def test_on_macos_14_the_limit_is_set_but_not_effective(mac, monkeypatch):
+    mac.answers[("sw_vers", "-productVersion")] = "14.7.2\n"
+    Recorder(monkeypatch)
+    with held_wired_limit() as wired:
+        pass
+    assert wired.requested is True and wired.effective is False and wired.macos == "14.7.2"
+    assert wired_limit_record(True, WORKING_SET, None).effective is None
+    assert wired_limit_record(False, None, "15.3.1").to_dict() == {
+        "requested": False,
+        "limit_bytes": None,
+        "macos": "15.3.1",
+        "effective": False,
+    }
+
+
+def test_without_metal_no_limit_is_set_and_no_stream_is_waited_on(monkeypatch):
+    # The real MLX of this machine: no Metal.
+    assert not mx.metal.is_available()
+    calls = Recorder(monkeypatch)
+    with held_wired_limit() as wired:
+        pass
+    assert calls.events == []
+    assert wired.to_dict() == {"requested": False, "limit_bytes": None, "macos": None, "effective": False}

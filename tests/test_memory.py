@@ -92,6 +92,8 @@ def test_a_cell_records_its_plan_beside_its_peak(tiny, repo):
     assert plan["fits"] and plan["measured_peak_gb"] > 0
     assert set(plan["parts"]) >= {"weights: tiny", "activations: largest pass"}
     assert plan["estimate_error"] == pytest.approx(plan["estimate_gb"] / plan["measured_peak_gb"] - 1)
+    # No Metal here: no wired limit was set, and the cell says so (core/wired.py).
+    assert cell["wired_limit"] == {"requested": False, "limit_bytes": None, "macos": None, "effective": False}
 
 
 VM_STAT = """Mach Virtual Memory Statistics: (page size of 16384 bytes)

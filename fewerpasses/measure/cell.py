@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import mlx.core as mx
-from mlx_lm.generate import generation_stream, wired_limit
 
 from ..core.environment import mark_job_start
 from ..core.guards import allow_oversize, memory_budget, memory_margin
@@ -21,6 +20,7 @@ from ..core.memory import DEFAULT_MARGIN, MemoryPlan, ModelShape, plan_loads
 from ..core.prefill import shared_prefix
 from ..core.models import load, tokenizer_of
 from ..core.prompts import encoded_prompts, eos_ids
+from ..core.wired import held_wired_limit
 from .protocol import paired_runs
 from .reference import reference_tokens, stored_answers
 from .results import measured_result
@@ -112,7 +112,8 @@ def run_cell(
 
     Before any weights load, the cell's memory plan (core.memory) is checked against the
     device's budget: a cell that would not fit is refused, naming each part. The timed runs
-    hold Metal's wired limit, as mlx-lm's own generation does.
+    hold Metal's wired limit, as mlx-lm's own generation does (core/wired.py); `wired_limit`
+    records whether it was set, at what, and whether the macOS it ran on honours it.
     """
     started_at, t0 = time.time(), time.perf_counter()
     # A Mac's power and thermal state now, recorded beside the same read at the end.
@@ -144,7 +145,7 @@ def run_cell(
         candidate = build(model, tokenizer)
     own_tok = candidate.tokenizer
     same_vocab = own_tok is None or own_tok.get_vocab() == tokenizer.get_vocab()
-    with wired_limit(model, [generation_stream]):
+    with held_wired_limit() as wired:
         records = paired_runs(
             prompts,
             lambda prompt, caches: plain_stream(model, prompt, max_tokens, caches),
@@ -171,7 +172,7 @@ def run_cell(
         "measured_peak_gb": max(result["peak_memory_gb"], result["baseline_peak_memory_gb"]),
     }
     result["memory_plan"]["estimate_error"] = plan.estimate_gb / result["memory_plan"]["measured_peak_gb"] - 1
-    result["wired_limit"] = mx.metal.is_available()
+    result["wired_limit"] = wired.to_dict()
     return result
 
 
