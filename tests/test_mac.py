@@ -6,6 +6,8 @@ none, the macOS version, the memory budget, the fingerprint, and what the wired 
 
 import json
 import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import mlx.core as mx
@@ -288,3 +290,63 @@ def test_without_metal_no_limit_is_set_and_no_stream_is_waited_on(monkeypatch):
         pass
     assert calls.events == []
     assert wired.to_dict() == {"requested": False, "limit_bytes": None, "macos": None, "effective": False}
+
+
+# The mx.metal functions mlx 0.32 prints "is deprecated and will be removed" for (each was
+# called to check): their current names are on mx itself. mx.metal.is_available is not one.
+DEPRECATED_METAL = (
+    "device_info",
+    "get_active_memory",
+    "get_peak_memory",
+    "get_cache_memory",
+    "reset_peak_memory",
+    "clear_cache",
+    "set_cache_limit",
+    "set_memory_limit",
+    "set_wired_limit",
+)
+
+
+def test_no_deprecated_metal_call_is_in_the_package(repo):
+    import ast
+
+    def deprecated(node):
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr in DEPRECATED_METAL
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "metal"
+        )
+
+    found = [
+        f"{p.relative_to(repo)}:{node.lineno}: mx.metal.{node.attr}"
+        for p in sorted((repo / "fewerpasses").rglob("*.py"))
+        for node in ast.walk(ast.parse(p.read_text()))
+        if deprecated(node)
+    ]
+    assert found == []
+    # The check sees one.
+    assert deprecated(ast.parse("mx.metal.device_info()").body[0].value.func)
+
+
+def test_the_metal_branches_print_no_deprecation_from_mlx(repo):
+    """MLX prints its deprecations from C++ to stderr, once a process, not as Python warnings:
+    the Metal branches run in a process of their own with only `mx.metal.is_available` stubbed,
+    every other MLX call real, and its stderr is read."""
+    code = (
+        "import mlx.core as mx\n"
+        "mx.metal.is_available = lambda: True\n"
+        "from fewerpasses.core import environment, guards, wired\n"
+        "environment.metal_info(); environment._static(); guards.memory_budget()\n"
+        "with wired.held_wired_limit(): pass\n"
+        # A deprecated call, to show this test would see one.
+        "import sys\n"
+        "if len(sys.argv) > 1: mx.metal.get_peak_memory()\n"
+    )
+    run = lambda *a: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", code, *a], capture_output=True, text=True, cwd=repo, timeout=120
+    )
+    clean, seen = run(), run("deprecated")
+    assert clean.returncode == 0 and seen.returncode == 0, clean.stderr + seen.stderr
+    assert "deprecated" not in clean.stderr.lower(), clean.stderr
+    assert "mx.metal.get_peak_memory is deprecated" in seen.stderr
