@@ -4,6 +4,7 @@
 #
 # Paths (each written by one rule: `grep -rn 'results/<folder>' rules/` finds it):
 #   resources/models/<model>/                     fetched marker, and the MLX weights cells load
+#   resources/heads/<head>/                       a draft head, fetched and checked
 #   results/prompts/<prompt_set>.yaml             the prompts every cell times
 #   results/reference/<model>/<prompt_set>.json   mlx-lm's greedy tokens (ground truth)
 #   results/noise/<model>.json                    the A/A run: plain against plain
@@ -12,6 +13,7 @@
 #   results/lookup/<model>/ngram<n>_draft<k>.json                one prompt-lookup cell
 #   results/diffusion/<model>/<baseline>/block<b>_thr<t>.json    one diffusion cell
 #   results/suffix/<model>/draft<k>_<memory>_b<n>.json          one suffix-drafting cell
+#   results/head/<model>/<head>/draft<k>.json                  one draft-head cell
 #   results/ceiling/<model>/draft<k>.json                      one perfect-draft ceiling cell (a bound)
 #   results/text_bounds/<model>/draft<k>.json                  what drafting from the text can reach, below it
 #   results/profile/, calibration/, search/      layer skipping's per-model measurements
@@ -49,6 +51,7 @@ include: "rules/lookup.smk"
 include: "rules/diffusion.smk"
 include: "rules/ceiling.smk"
 include: "rules/suffix.smk"
+include: "rules/head.smk"
 include: "rules/techniques.smk"
 include: "rules/results.smk"
 include: "rules/bench.smk"
@@ -59,6 +62,7 @@ include: "rules/plan.smk"
 # and read every cell, and fetching needs the network that compute nodes may lack.
 localrules:
     fetch_model,
+    fetch_head,
     fetch_prompt_set,
     prompt_set,
     layerskip_sweep,

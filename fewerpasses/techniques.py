@@ -10,13 +10,14 @@ from typing import Dict, List
 from .ceiling.technique import TECHNIQUE as CEILING
 from .core.technique import Technique
 from .diffusion.technique import TECHNIQUE as DIFFUSION
+from .head.technique import TECHNIQUE as HEAD
 from .layerskip.technique import TECHNIQUE as LAYERSKIP
 from .lookup.technique import TECHNIQUE as LOOKUP
 from .suffix.technique import TECHNIQUE as SUFFIX
 from .twomodel.technique import TECHNIQUE as TWOMODEL
 
 # In the order the comparison lists them.
-REGISTRY: Dict[str, Technique] = {t.name: t for t in (LAYERSKIP, TWOMODEL, LOOKUP, SUFFIX, DIFFUSION, CEILING)}
+REGISTRY: Dict[str, Technique] = {t.name: t for t in (LAYERSKIP, TWOMODEL, LOOKUP, SUFFIX, HEAD, DIFFUSION, CEILING)}
 
 
 def technique(name: str) -> Technique:

@@ -108,6 +108,10 @@ def get_fetch_inputs(wildcards):
     return {"base": model_dir(base)} if base else {}
 
 
+def get_head_source(wildcards):
+    return config["head"]["heads"][wildcards.head]
+
+
 def get_model_quantize(wildcards):
     return config["models"][wildcards.model].get("quantize")
 
@@ -343,7 +347,7 @@ def plan_cell_jobs():
                     "dirs": {k: model_dir(m) for k, m in models.items()},
                     "loads": t.loads,
                     "needs": [
-                        {"rule": v[0], "file": rule_file(v), "model": v[1]["model"]}
+                        {"rule": v[0], "file": rule_file(v), "model": v[1].get("model", w[t.target_wildcard])}
                         for v in inputs.values()
                         if v[0] != "quantize_model"
                     ],

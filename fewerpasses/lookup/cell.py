@@ -3,9 +3,9 @@ one (max n-gram, draft length), every token checked against the reference."""
 
 import statistics
 from dataclasses import replace
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
-from ..measure.cell import Candidate, loads, run_cell
+from ..measure.cell import Candidate, Loads, loads, run_cell
 from ..measure.costs import DecodeCosts, decode_costs, replayed_speedup
 from .draft import DraftPolicy
 from .loop import lookup_stream
@@ -22,15 +22,17 @@ def costs_of(entry: Dict) -> DecodeCosts:
     measured price a plain step at one synchronous pass, as their gate did."""
     verify = {int(k): v for k, v in entry["seconds"].items()}
     tree = {int(k): v for k, v in (entry.get("tree_seconds") or {}).items()}
-    return DecodeCosts(verify, entry.get("plain_token_seconds", verify[1]), tree)
+    draft = {int(k): v for k, v in (entry.get("draft_seconds") or {}).items()}
+    return DecodeCosts(verify, entry.get("plain_token_seconds", verify[1]), tree, draft)
 
 
 def gated(policy: DraftPolicy, costs: DecodeCosts) -> DraftPolicy:
-    """The policy with the cost gate: index k of the curve is a pass verifying k drafts, in
-    tokens of plain decoding, and leaving the pipeline costs `restart_cost` of them; where
-    the tree's passes were measured, index k of `tree_cost` is two branches of k drafts."""
+    """The policy with the cost gate: index k of the curve is a round of k drafts (drafting
+    them, where the drafter computes, and the pass verifying them), in tokens of plain
+    decoding, and leaving the pipeline costs `restart_cost` of them; where the tree's passes
+    were measured, index k of `tree_cost` is two branches of k drafts."""
     unit = costs.plain_token
-    curve: Tuple[float, ...] = tuple(costs.verify[k + 1] / unit for k in range(policy.num_draft + 1))
+    curve: Tuple[float, ...] = tuple(costs.round_seconds(k) / unit for k in range(policy.num_draft + 1))
     tree = None
     if costs.tree:
         tree = tuple(
@@ -93,6 +95,9 @@ def run_drafting_cell(
     cost_repeats: int,
     sees_answers: bool = False,
     tree: bool = False,
+    runs_on: Optional[Callable] = None,
+    draft_costs: Optional[Callable] = None,
+    loads_of: Optional[Loads] = None,
 ) -> Dict:
     """A cell of any drafter on prompt lookup's loop (n-gram, suffix, the ceiling): the verify
     curve (one forward of 1..num_draft + 1 tokens) and plain decoding's pipelined token time,
@@ -101,16 +106,26 @@ def run_drafting_cell(
     against them), and the cell's record of the costs (`verify_costs`) and of the speedup its
     rounds predict at them (`replayed_speedup`: why it won or lost). `sees_answers`: the
     ceiling's, see measure.cell.run_cell. `tree`: the candidate may verify draft trees, so
-    their passes (two branches of 1..num_draft + 1 tokens) are measured with the curve."""
+    their passes (two branches of 1..num_draft + 1 tokens) are measured with the curve.
+    `runs_on(target)`: the model the loop runs, where it is not the target itself (a target
+    with its draft head): the curve is measured on it. `draft_costs(that model, context, ks,
+    repeats)`: seconds to draft each k tokens, for a drafter that computes; the gate and the
+    replayed speedup add them to each round. `loads_of`: the cell's memory plan's loads, where
+    the candidate holds more than the target."""
     context = statistics.median_low(o["prompt_tokens"] for o in reference["outputs"])
     state = {}
 
     def build(model, tokenizer, *answers):
         ks = range(1, num_draft + 2)
-        state["costs"] = costs = decode_costs(model, [0] * context, ks, cost_repeats, tree_ks=ks if tree else ())
-        return Candidate(make_stream(model, costs, *answers), {"extra_weight_gb": 0.0})
+        runner = runs_on(model) if runs_on is not None else model
+        costs = decode_costs(runner, [0] * context, ks, cost_repeats, tree_ks=ks if tree else ())
+        if draft_costs is not None:
+            drafts = draft_costs(runner, [0] * context, range(1, num_draft + 1), cost_repeats)
+            costs = DecodeCosts(costs.verify, costs.plain_token, costs.tree, drafts)
+        state["costs"] = costs
+        return Candidate(make_stream(runner, costs, *answers), {"extra_weight_gb": 0.0})
 
-    _, held = loads({"num_draft": num_draft}, {"model": model_path})
+    held = loads_of or loads({"num_draft": num_draft}, {"model": model_path})[1]
     result = run_cell(model_path, reference, prompt_set_path, settings, build, sees_answers=sees_answers, loads=held)
     costs = state["costs"]
     result["verify_costs"] = {
@@ -120,11 +135,14 @@ def run_drafting_cell(
     }
     if costs.tree:
         result["verify_costs"]["tree_seconds"] = {str(k): v for k, v in costs.tree.items()}
+    if costs.draft:
+        result["verify_costs"]["draft_seconds"] = {str(k): v for k, v in costs.draft.items()}
     # The speedup its rounds predict at those costs, plain decoding priced at its measured speed
     # and every drafting round charged for leaving the pipeline (an upper bound on that cost:
     # consecutive drafting rounds leave it once).
+    rounds_cost = {k + 1: costs.round_seconds(k) for k in range(num_draft + 1)}
     result["replayed_speedup"] = replayed_speedup(
-        result["rounds"], costs.verify, 1.0 / result["baseline_tps"], costs.restart
+        result["rounds"], rounds_cost, 1.0 / result["baseline_tps"], costs.restart
     )
     return result
 

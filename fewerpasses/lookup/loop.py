@@ -69,6 +69,12 @@ class LookupStream:
         self.draft_seconds += time.perf_counter() - t0
         return out
 
+    def _may_draft(self, index) -> bool:
+        """Whether a draft may follow the queued token: the index says so where it can without
+        it (a draft head always can), else a lookup of the context before it finds one."""
+        may = getattr(index, "may_draft", None)
+        return may() if may is not None else len(self._timed(index.continuation, 2)) >= 2
+
     def _branches(self, index, cache, limit: int) -> Optional[List]:
         """The index's branches for this round (its first is the chain's draft), where it
         offers them and the cache can be copied; else None."""
@@ -97,6 +103,8 @@ class LookupStream:
         prefill(model, self.prompt, cache, self.prefill_step_size)
         y = self.prompt[cache[0].offset :]
         index = self._timed(self.make_index, self.prompt.tolist(), policy)
+        if hasattr(index, "bind"):  # an index that drafts from the loop's cache (a draft head)
+            index.bind(cache)
 
         def step(y):
             return greedy(model(y[None], cache=cache)[0, -1], keepdims=True).astype(mx.uint32)
@@ -135,7 +143,7 @@ class LookupStream:
                 # A step is queued: the n-gram before y tells, without waiting, whether a draft
                 # may follow y. If none can, queue the next step and read y, as plain decoding
                 # does; if one can, read y first and draft from the exact context.
-                if limit <= 0 or len(self._timed(index.continuation, 2)) < 2:
+                if limit <= 0 or not self._may_draft(index):
                     nxt = step(y) if n + 1 < max_tokens else None
                     if nxt is not None:
                         mx.async_eval(nxt)

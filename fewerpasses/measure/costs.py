@@ -70,6 +70,13 @@ class DecodeCosts:
     plain_token: float
     # Seconds of a draft tree's pass of two branches of k tokens each, where measured.
     tree: Dict[int, float] = field(default_factory=dict)
+    # Seconds a drafter that computes (a draft head) takes to draft k tokens, where measured;
+    # a drafter from the text drafts in host time too small to price.
+    draft: Dict[int, float] = field(default_factory=dict)
+
+    def round_seconds(self, k: int) -> float:
+        """What a round of k drafts costs: drafting them, then verifying k + 1 tokens."""
+        return self.verify[k + 1] + (self.draft.get(k, 0.0) if k else 0.0)
 
     @property
     def restart(self) -> float:

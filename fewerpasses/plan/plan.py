@@ -35,7 +35,7 @@ JOB_OVERHEAD = 1.0
 REPORT_JOB = 4.0
 # The techniques whose cells run on prompt lookup's loop (lookup.cell.run_drafting_cell),
 # which times its verify curve before the pairs.
-DRAFTING_LOOP = ("lookup", "suffix", "ceiling")
+DRAFTING_LOOP = ("lookup", "suffix", "head", "ceiling")
 # Tokens each warm-up run decodes (measure.protocol.WARMUP_TOKENS).
 WARMUP_TOKENS = 8
 
@@ -270,7 +270,7 @@ def cell_memory(job: Dict, shapes: Dict, lengths: Dict[str, List[int]], fallback
     """A cell's memory plan as the cell itself will make it (measure.cell.cell_memory_plan),
     from shapes where the model files are not at hand; with the target and what the cell
     holds besides it (its technique's `loads`)."""
-    from ..core.memory import plan_loads
+    from ..core.memory import ModelShape, plan_loads
     from ..core.technique import resolve
 
     by_dir = {d: m for m, d in ((job["models"][k], v) for k, v in job["dirs"].items())}
@@ -284,7 +284,8 @@ def cell_memory(job: Dict, shapes: Dict, lengths: Dict[str, List[int]], fallback
         target,
         shapes[target],
         loads,
-        lambda d: shapes[by_dir[str(d)]],
+        # A model by its name's shape; anything else (a draft head) from its own files.
+        lambda d: shapes[by_dir[str(d)]] if str(d) in by_dir else ModelShape.of(d),
         lengths.get(target, fallback),
         job["params"]["max_tokens"],
         budget=budget,

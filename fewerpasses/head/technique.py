@@ -1,0 +1,75 @@
+"""The draft head in the technique registry: config section `head` (heads by name and source,
+pairs of target and head, draft lengths); its cell rule is `head_cell` (rules/head.smk)."""
+
+from typing import Dict, List
+
+from ..core.technique import ConfigError, Technique, best, diffusion_models, generation_settings, model_inputs
+
+
+def _section(config: Dict) -> Dict:
+    return config.get("head") or {}
+
+
+def grid(config: Dict) -> List[Dict[str, str]]:
+    s = _section(config)
+    return [
+        {"model": p["target"], "head": p["head"], "draft": str(k)}
+        for p in s.get("pairs", [])
+        for k in s["draft_lengths"]
+    ]
+
+
+def params(wildcards, config: Dict) -> Dict:
+    s = _section(config)
+    return {
+        "num_draft": int(wildcards.draft),
+        "min_prob": s["min_prob"],
+        "cost_gate": s["cost_gate"],
+        "head_source": s["heads"][wildcards.head],
+        **generation_settings(config),
+    }
+
+
+def inputs(wildcards, config: Dict) -> Dict:
+    """The target, its greedy tokens, and the head (fetched: rules/head.smk `fetch_head`)."""
+    return {**model_inputs(wildcards, config), "head": ("fetch_head", {"head": wildcards.head})}
+
+
+def label(cell: Dict) -> str:
+    gate = ", cost-gated" if cell.get("cost_gate") else ""
+    return f"{cell['head']}, k<={cell['num_draft']}{gate}, stop below p={cell['min_prob']:g}"
+
+
+def rows(target: str, cells: List[Dict], earlier=None):
+    b = best(cells)
+    return [("draft head (best)", label(b), b)] if b else []
+
+
+def check(config: Dict, basedir: str = ".") -> None:
+    s = _section(config)
+    if not s:
+        return
+    heads = s.get("heads") or {}
+    for i, pair in enumerate(s.get("pairs", [])):
+        if pair["target"] not in config["models"]:
+            raise ConfigError(f"head.pairs[{i}].target: '{pair['target']}' is not a configured model")
+        if pair["target"] in diffusion_models(config):
+            raise ConfigError(f"head.pairs[{i}].target: '{pair['target']}' generates by diffusion")
+        if pair["head"] not in heads:
+            raise ConfigError(f"head.pairs[{i}].head: '{pair['head']}' is not in head.heads")
+
+
+TECHNIQUE = Technique(
+    name="head",
+    label="draft head",
+    lossless=True,
+    grid=grid,
+    inputs=inputs,
+    targets=lambda config: sorted({p["target"] for p in _section(config).get("pairs", [])}),
+    rows=rows,
+    rebuild="fewerpasses.head.cell:candidate_from_cell",
+    params=params,
+    wildcards={"head": "[A-Za-z0-9._-]+"},
+    check=check,
+    loads="fewerpasses.head.cell:loads",
+)

@@ -1,0 +1,215 @@
+"""The draft head (fewerpasses/head/): EAGLE-3's checkpoint layout loads strictly, the headed
+target's logits are the target's own, its cache after a trim is the cache of the kept tokens,
+training's unrolled steps compute what drafting computes, drafting through the loop keeps plain
+decoding's tokens, and the training prompts share no text with any measured prompt set."""
+
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from fewerpasses.core.models import load
+from fewerpasses.head.cell import draft_costs, first_kept, head_stream, loads
+from fewerpasses.head.check import check_head, link_head
+from fewerpasses.head.draft import HeadDrafter
+from fewerpasses.head.model import DraftHead, HeadConfig, HeadFormatError, load_head, read_checkpoint, save_head
+from fewerpasses.head.target import HeadedTarget
+from fewerpasses.lookup.draft import DraftPolicy
+from fewerpasses.measure.streams import plain_stream, timed_generation
+from tiny_models import write_model_dir
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    path = write_model_dir(tmp_path_factory.mktemp("target"), layers=6, seed=3)
+    model, tok = load(str(path))
+    return path, model
+
+
+def head_config(model, draft_vocab=128, **over):
+    a = model.args
+    return HeadConfig(
+        hidden_size=a.hidden_size,
+        intermediate_size=2 * a.hidden_size,
+        num_attention_heads=a.num_attention_heads,
+        num_key_value_heads=a.num_key_value_heads,
+        vocab_size=a.vocab_size,
+        draft_vocab_size=draft_vocab,
+        target_hidden_size=a.hidden_size,
+        **over,
+    )
+
+
+def random_head(model, seed=0, **over) -> DraftHead:
+    mx.random.seed(seed)
+    c = head_config(model, **over)
+    head = DraftHead(c)
+    # A sparse draft vocabulary: every other target id, so d2t's offsets are not all zero.
+    head.d2t = mx.arange(c.draft_vocab_size, dtype=mx.int32)
+    mx.eval(head.parameters())
+    return head
+
+
+def test_a_head_saved_in_eagle3_layout_loads_strictly(tmp_path, target):
+    _, model = target
+    head = random_head(model)
+    save_head(head, tmp_path / "h")
+    cfg = json.loads((tmp_path / "h/config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["num_hidden_layers"] == 1
+    names = set(mx.load(str(tmp_path / "h/model.safetensors")))
+    assert {"fc.weight", "midlayer.self_attn.q_proj.weight", "midlayer.hidden_norm.weight", "lm_head.weight"} <= names
+    assert {"d2t", "t2d"} <= names
+    back = load_head(tmp_path / "h")
+    x, f = mx.random.normal((1, 3, 64)), mx.random.normal((1, 3, 64))
+    assert mx.allclose(back(x, f)[0], head(x, f)[0], atol=1e-2).item()  # float16 on disk
+
+
+def test_a_bad_checkpoint_is_refused_naming_the_tensor(tmp_path, target):
+    _, model = target
+    save_head(random_head(model), tmp_path / "h")
+    weights = mx.load(str(tmp_path / "h/model.safetensors"))
+    for name, change, message in (
+        ("missing", lambda w: w.pop("fc.weight"), "fc.weight is missing"),
+        ("shape", lambda w: w.update({"norm.weight": mx.zeros((3,))}), "norm.weight has shape [3]"),
+        ("unknown", lambda w: w.update({"extra.weight": mx.zeros((3,))}), "unknown tensors ['extra.weight']"),
+        ("d2t", lambda w: w.update({"d2t": mx.full((128,), 10_000, dtype=mx.int64)}), "outside the target"),
+    ):
+        d = tmp_path / name
+        d.mkdir()
+        w = dict(weights)
+        change(w)
+        mx.save_safetensors(str(d / "model.safetensors"), w)
+        (d / "config.json").write_text((tmp_path / "h/config.json").read_text())
+        with pytest.raises(HeadFormatError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            read_checkpoint(d)
+
+
+def test_the_speculators_layout_loads_as_the_same_head(tmp_path, target):
+    _, model = target
+    head = random_head(model)
+    save_head(head, tmp_path / "h")
+    w = {k.replace("midlayer.", "layers.0."): v for k, v in mx.load(str(tmp_path / "h/model.safetensors")).items()}
+    cfg = json.loads((tmp_path / "h/config.json").read_text())
+    layer = {k: cfg.pop(k) for k in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads")}
+    spec = {**cfg, "transformer_layer_config": {**layer, "vocab_size": cfg["vocab_size"]}}
+    (tmp_path / "s").mkdir()
+    mx.save_safetensors(str(tmp_path / "s/model.safetensors"), w)
+    (tmp_path / "s/config.json").write_text(json.dumps(spec))
+    c, weights = read_checkpoint(tmp_path / "s")
+    assert c == read_checkpoint(tmp_path / "h")[0] and "midlayer.mlp.up_proj.weight" in weights
+
+
+def test_the_headed_target_gives_the_targets_own_logits(target):
+    _, model = target
+    from mlx_lm.models.cache import make_prompt_cache
+
+    headed = HeadedTarget(model, random_head(model))
+    plain, own = make_prompt_cache(model), headed.make_cache()
+    for chunk in ([5, 9, 14, 3, 7], [11], [2, 8, 4]):
+        x = mx.array([chunk])
+        assert mx.array_equal(model(x, cache=plain), headed(x, cache=own)).item()
+    assert own[-1].offset == own[0].offset - 1 and own[-1].fed == own[0].offset
+
+
+def test_a_trimmed_head_cache_is_the_cache_of_the_kept_tokens(target):
+    _, model = target
+    headed = HeadedTarget(model, random_head(model))
+    tokens = [5, 9, 14, 3, 7, 11, 2, 8]
+    a = headed.make_cache()
+    headed(mx.array([tokens[:4]]), cache=a)
+    headed(mx.array([tokens[4:] + [30, 31]]), cache=a)  # two refused drafts at the end
+    for c in a:
+        c.trim(2)
+    b = headed.make_cache()
+    headed(mx.array([tokens]), cache=b)
+    n = len(tokens) - 1
+    assert a[-1].offset == b[-1].offset == n
+    ka, va = a[-1].keys[..., :n, :], a[-1].values[..., :n, :]
+    kb, vb = b[-1].keys[..., :n, :], b[-1].values[..., :n, :]
+    assert mx.allclose(ka, kb, atol=1e-5).item() and mx.allclose(va, vb, atol=1e-5).item()
+    assert mx.allclose(a[-1].pending, b[-1].pending, atol=1e-5).item()
+
+
+def test_training_steps_compute_what_drafting_computes(target):
+    """Step 0 of the unrolled training forward at position t is the first draft after t + 1
+    tokens; step 1 at t + 1 is the second, fed the true token (as a kept draft is)."""
+    from training.head_train import target_features, ttt_forward
+
+    _, model = target
+    head = random_head(model)
+    headed = HeadedTarget(model, head)
+    tokens = np.array([5, 9, 14, 3, 7, 11, 2, 8, 21, 17], np.int32)
+    feats = target_features(model, [(tokens[:4], tokens[4:])], headed.taps, log=lambda _: None, dtype=mx.float32)[0]
+    steps = ttt_forward(head, model.model.embed_tokens, mx.array(tokens[None]), mx.array(feats[None]), 2)
+    t = 5
+    cache = headed.make_cache()
+    headed(mx.array(tokens[None, : t + 1]), cache=cache)
+    emb = headed.embed(mx.array([[int(tokens[t + 1])]]))
+    first, feature = head(emb, cache[-1].pending, cache=cache[-1])
+    second, _ = head(headed.embed(mx.array([[int(tokens[t + 2])]])), feature, cache=cache[-1])
+    assert mx.allclose(steps[0][0, t], first[0, 0], atol=1e-4).item()
+    assert mx.allclose(steps[1][0, t + 1], second[0, 0], atol=1e-4).item()
+
+
+@pytest.mark.parametrize("min_prob", [0.0, 0.3])
+def test_drafting_with_a_head_keeps_plain_decodings_tokens(target, min_prob):
+    _, model = target
+    headed = HeadedTarget(model, random_head(model, seed=1))
+    stream = head_stream(headed, 24, DraftPolicy(num_draft=3, max_ngram=1, min_ngram=1), min_prob)
+    for prompt in ([5, 9, 14, 3], [7, 7, 7, 7, 7, 2], list(range(40, 80))):
+        p = mx.array(prompt, dtype=mx.uint32)
+        want = timed_generation(lambda: plain_stream(model, p, 24), len(prompt)).tokens
+        got = timed_generation(lambda: stream(p), len(prompt))
+        assert got.tokens == want
+        assert got.drafted > 0
+
+
+def test_first_kept_is_the_share_of_drafting_rounds_whose_first_token_was_kept():
+    rounds = [
+        {"drafted": 0, "accepted": 0, "passes": 5},
+        {"drafted": 2, "accepted": 0, "passes": 2},
+        {"drafted": 2, "accepted": 1, "passes": 3},
+    ]
+    assert first_kept(rounds) == pytest.approx(3 / 5)
+    assert np.isnan(first_kept([{"drafted": 0, "accepted": 0, "passes": 4}]))
+
+
+def test_draft_costs_are_measured_per_length_and_leave_the_cache(target):
+    _, model = target
+    headed = HeadedTarget(model, random_head(model))
+    costs = draft_costs(headed, list(range(1, 20)), [1, 2, 3], repeats=2)
+    assert set(costs) == {1, 2, 3} and all(v > 0 for v in costs.values())
+
+
+def test_the_check_loads_a_head_and_drafts_on_its_target(tmp_path, target):
+    path, model = target
+    save_head(random_head(model), tmp_path / "h")
+    report = check_head(tmp_path / "h", path)
+    assert report["target_layers_read"] == [2, 3, 3] and len(report["draft_step"]) == 2
+    info = link_head("h", str(tmp_path / "h"), tmp_path / "linked")
+    assert info["kind"] == "local" and (tmp_path / "linked/model.safetensors").is_file()
+    _, held = loads({"num_draft": 4}, {"model": str(path), "head": str(tmp_path / "linked")})
+    assert held.models == {"head": str(tmp_path / "linked")} and held.verify_rows == 5
+    with pytest.raises(HeadFormatError, match="neither a directory nor a hub repo"):
+        link_head("h", "no/such/place/here", tmp_path / "never")
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_head_for_another_target_is_refused(tmp_path, target):
+    path, model = target
+    c = head_config(model)
+    wide = DraftHead(HeadConfig(**{**c.__dict__, "target_hidden_size": 32}))
+    with pytest.raises(ValueError, match="features of width 32"):
+        HeadedTarget(model, wide)
+
+
+def test_training_prompts_share_no_text_with_any_measured_set():
+    from training.head_data import check_disjoint, head_prompts, measured_texts
+
+    measured = measured_texts()
+    assert len(measured) > 60  # every prompt set and question set under config/
+    prompts = [p["text"] for p in head_prompts(1200)]
+    check_disjoint(prompts, measured)
+    with pytest.raises(ValueError, match="overlaps the measured text"):
+        check_disjoint(prompts[:3] + [measured[7].upper()], measured)

@@ -1,0 +1,471 @@
+"""Train the draft head (fewerpasses/head/model.py) on the target's own greedy answers.
+
+    python -m training.head_train --target resources/models/smollm2/mlx --out models/smollm2-head
+
+Steps, each seeded so that the command rebuilds the shipped head:
+1. the corpus (training/head_data.py): the target's greedy answers to prompts disjoint from
+   every measured set, made unless `--corpus` exists with the expected hash;
+2. the features: one forward pass of the target over each prompt + answer, reading the
+   hidden states entering the head's three layers, and the target's greedy token at each
+   position;
+3. the draft vocabulary: the `--draft-vocab` tokens most frequent in the training answers
+   (then the lowest ids unused), sorted by id, as EAGLE-3 chooses it;
+4. training with EAGLE-3's training-time test: `--ttt` unrolled steps, step j feeding the
+   head's own output of step j - 1 as the feature, attending to the real features' keys
+   before it and to its own chain's keys, loss weighted 0.8^j, on answer positions whose
+   target token lies in the draft vocabulary;
+5. the head written in EAGLE-3's layout, with `training.json` (settings, data hash, held-out
+   acceptance per step, the loss curve).
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from training.head_data import build_corpus, file_hash, sequences
+
+DEFAULTS = dict(
+    prompts=1200,
+    max_tokens=96,
+    seed=0,
+    draft_vocab=8192,
+    ttt=3,
+    epochs=4,
+    batch_tokens=2048,
+    lr=1.5e-3,
+    warmup=40,
+    weight_decay=0.0,
+    clip=1.0,
+    heldout=60,
+)
+
+
+def target_features(model, seqs: Sequence[Tuple[np.ndarray, np.ndarray]], taps: Sequence[int], log=print, dtype=None):
+    """Per sequence (prompt + answer): the hidden states entering the tapped layers,
+    concatenated (float16, [n, 3H]). Only layers up to the last tap run: the labels are the
+    answer's own tokens, which are the target's greedy ones (the corpus is its greedy output)."""
+    import mlx.core as mx
+
+    inner = model.model
+    feats = []
+    t0 = time.perf_counter()
+    for i, (p, a) in enumerate(seqs):
+        h = inner.embed_tokens(mx.array(np.concatenate([p, a]).astype(np.int32))[None])
+        entering = {}
+        for j, layer in enumerate(inner.layers[: max(taps) + 1]):
+            entering[j] = h
+            h = layer(h, "causal", cache=None)
+        f = mx.concatenate([entering[j] for j in taps], axis=-1)[0].astype(dtype or mx.float16)
+        mx.eval(f)
+        feats.append(np.array(f))
+        if (i + 1) % 200 == 0:
+            log(json.dumps({"features_done": i + 1, "wall_s": round(time.perf_counter() - t0, 1)}))
+    return feats
+
+
+def draft_vocabulary(answers: Sequence[np.ndarray], size: int, vocab: int) -> np.ndarray:
+    """The `size` target ids most frequent in `answers` (ties and the rest by lowest id), sorted."""
+    counts = np.bincount(np.concatenate(answers), minlength=vocab)[:vocab].astype(np.int64)
+    order = np.lexsort((np.arange(vocab), -counts))
+    return np.sort(order[:size])
+
+
+def make_examples(seqs, feats) -> List[Dict]:
+    """One example per sequence: tokens, features, and per position t the label of a step that
+    starts there (the token at t + 2), with the mask of labels the target wrote (the answer's)."""
+    out = []
+    for (p, a), f in zip(seqs, feats):
+        tokens = np.concatenate([p, a]).astype(np.int32)
+        n = len(tokens)
+        label = np.full(n, -1, np.int32)
+        label[: n - 2] = tokens[2:]
+        answer = np.zeros(n, bool)
+        answer[max(len(p) - 2, 0) : n - 2] = True
+        out.append({"tokens": tokens, "features": f, "label": label, "answer": answer})
+    return out
+
+
+def batches(examples: List[Dict], batch_tokens: int, rng: random.Random) -> List[List[int]]:
+    """Indices grouped by similar length, about `batch_tokens` padded positions a batch, shuffled."""
+    order = sorted(range(len(examples)), key=lambda i: (len(examples[i]["tokens"]), i))
+    out, cur, width = [], [], 0
+    for i in order:
+        n = len(examples[i]["tokens"])
+        if cur and max(width, n) * (len(cur) + 1) > batch_tokens:
+            out.append(cur)
+            cur, width = [], 0
+        cur.append(i)
+        width = max(width, n)
+    if cur:
+        out.append(cur)
+    rng.shuffle(out)
+    return out
+
+
+def collate(examples: List[Dict], idx: List[int], t2d: np.ndarray):
+    import mlx.core as mx
+
+    L = max(len(examples[i]["tokens"]) for i in idx)
+    B = len(idx)
+    H3 = examples[idx[0]]["features"].shape[1]
+    tokens = np.zeros((B, L), np.int32)
+    feats = np.zeros((B, L, H3), np.float16)
+    labels = np.full((B, L), -1, np.int32)
+    mask = np.zeros((B, L), bool)
+    for b, i in enumerate(idx):
+        e = examples[i]
+        n = len(e["tokens"])
+        tokens[b, :n], feats[b, :n], labels[b, :n], mask[b, :n] = e["tokens"], e["features"], e["label"], e["answer"]
+    valid = mask & (labels >= 0)
+    draft_labels = np.where(valid, t2d[np.maximum(labels, 0)], -1)
+    return mx.array(tokens), mx.array(feats).astype(mx.float32), mx.array(draft_labels)
+
+
+def ttt_forward(head, embed, tokens, feats, steps: int):
+    """Logits of every unrolled step ([steps] x [B, L, N]); step j at position s predicts the
+    token j + 2 after s, from step j - 1's output at s - 1 (step 0: the target's feature at s)
+    and the embedding of the token after s, attending to step 0's keys at positions <= s - j
+    and to its own chain's keys of steps 1..j."""
+    import mlx.core as mx
+
+    layer = head.midlayer
+    attn = layer.self_attn
+    B, L = tokens.shape
+    emb = embed(tokens)
+    # The embedding at s is that of the token after s (the last position has none: zeros).
+    emb_next = mx.concatenate([emb[:, 1:], mx.zeros_like(emb[:, :1])], axis=1)
+    feature = head.fuse([feats])
+    nh, nkv = attn.n_heads, attn.n_kv
+    rep = nh // nkv
+    pos = mx.arange(L)
+    keys, values, out_logits = [], [], []
+    for j in range(steps):
+        x, residual = layer.inputs(emb_next, feature)
+        q = attn.rope(attn._heads(attn.q_proj(x), nh))
+        k, v = attn.keys_values(x, 0)
+        k, v = mx.repeat(k, rep, axis=1), mx.repeat(v, rep, axis=1)
+        keys.append(k)
+        values.append(v)
+        # Scores against step 0's keys, allowed at key positions <= s - j.
+        s0 = (q * attn.scale) @ keys[0].transpose(0, 1, 3, 2)
+        allowed = pos[None, :] <= (pos[:, None] - j)
+        s0 = mx.where(allowed, s0, -1e9)
+        # Its chain: step i's key at position s - (j - i), one score per query.
+        diag = []
+        for i in range(1, j + 1):
+            shift = j - i
+            ki = _shift(keys[i], shift)
+            diag.append(((q * attn.scale) * ki).sum(-1, keepdims=True))
+        scores = mx.concatenate([s0, *diag], axis=-1)
+        # A query with no real key before it (s < j) attends only to its chain.
+        w = mx.softmax(scores, axis=-1, precise=True)
+        o = w[..., :L] @ values[0]
+        for n, i in enumerate(range(1, j + 1)):
+            o = o + w[..., L + n : L + n + 1] * _shift(values[i], j - i)
+        o = o.transpose(0, 2, 1, 3).reshape(B, L, -1)
+        h = residual + attn.o_proj(o)
+        out = h + layer.mlp(layer.post_attention_layernorm(h))
+        out_logits.append(head.lm_head(head.norm(out)))
+        # The next step at position s reads this step's output at s - 1, and the token after s.
+        feature = _shift(out, 1, axis=1)
+    return out_logits
+
+
+def _shift(x, n: int, axis: int = 2):
+    """x moved n positions later along `axis` (zeros in front)."""
+    import mlx.core as mx
+
+    if n == 0:
+        return x
+    pad_shape = list(x.shape)
+    pad_shape[axis] = n
+    keep = [slice(None)] * x.ndim
+    keep[axis] = slice(0, x.shape[axis] - n)
+    return mx.concatenate([mx.zeros(pad_shape, x.dtype), x[tuple(keep)]], axis=axis)
+
+
+def _shift_labels(labels, j: int):
+    """Step j at position s predicts what step 0 at s + j predicts."""
+    import mlx.core as mx
+
+    if j == 0:
+        return labels
+    B, L = labels.shape
+    return mx.concatenate([labels[:, j:], mx.full((B, j), -1, labels.dtype)], axis=1)
+
+
+def loss_fn(head, embed, tokens, feats, labels, steps: int):
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    total, weight_sum, stats = 0.0, 0.0, []
+    for j, logits in enumerate(ttt_forward(head, embed, tokens, feats, steps)):
+        lab = _shift_labels(labels, j)
+        m = lab >= 0
+        ce = nn.losses.cross_entropy(logits, mx.maximum(lab, 0), reduction="none")
+        n = mx.maximum(m.sum(), 1)
+        step_loss = (ce * m).sum() / n
+        total = total + (0.8**j) * step_loss
+        weight_sum += 0.8**j
+        stats.append(((mx.argmax(logits, -1) == lab) * m).sum())
+    return total / weight_sum, stats
+
+
+def evaluate(head, embed, examples, idx_batches, t2d, steps: int) -> Dict:
+    """Held-out top-1 agreement per step: step 0 is the first drafted token; step j given the
+    ones before it were right (teacher-forced), as a chain's j + 1-th token is kept."""
+    import mlx.core as mx
+
+    hits = np.zeros(steps)
+    counts = np.zeros(steps)
+    chain = np.zeros(steps)
+    for idx in idx_batches:
+        tokens, feats, labels = collate(examples, idx, t2d)
+        logits = ttt_forward(head, embed, tokens, feats, steps)
+        right_so_far = None
+        for j, lg in enumerate(logits):
+            lab = _shift_labels(labels, j)
+            m = lab >= 0
+            ok = (mx.argmax(lg, -1) == lab) & m
+            hits[j] += ok.sum().item()
+            counts[j] += m.sum().item()
+            # A whole chain: steps 0..j all right from the same start position.
+            shifted = _unshift(ok, j)
+            right_so_far = shifted if right_so_far is None else right_so_far & shifted
+            base = _unshift(m, j) & (labels >= 0)
+            chain[j] += (right_so_far & base).sum().item()
+    c0 = max(counts[0], 1)
+    return {
+        "top1_by_step": [round(h / max(c, 1), 4) for h, c in zip(hits, counts)],
+        "chain_kept_by_length": [round(c / c0, 4) for c in chain],
+        "positions": int(counts[0]),
+    }
+
+
+def _unshift(x, j: int):
+    """Step j's value at position s, moved to the start position s - j... (aligns chain steps)."""
+    import mlx.core as mx
+
+    if j == 0:
+        return x
+    B, L = x.shape
+    # step j at position s + j belongs to the chain starting at s: shift left by j.
+    return mx.concatenate([x[:, j:], mx.zeros((B, j), x.dtype)], axis=1)
+
+
+def init_head(target, cfg, vocab_ids: np.ndarray, seed: int):
+    """A head whose output starts as the target's: lm_head from the target's embedding rows
+    of the draft vocabulary (SmolLM2 ties them), its final norm the target's, `fc` reading
+    the highest tap; the layer itself starts small, so the residual carries that feature."""
+    import mlx.core as mx
+
+    from fewerpasses.head.model import DraftHead
+
+    mx.random.seed(seed)
+    head = DraftHead(cfg)
+    inner = target.model
+    H = cfg.hidden_size
+    head.lm_head.weight = inner.embed_tokens.weight[mx.array(vocab_ids)].astype(mx.float32)
+    head.norm.weight = inner.norm.weight.astype(mx.float32)
+    fc = mx.concatenate([mx.zeros((H, 2 * H)), mx.eye(H)], axis=1)
+    head.fc.weight = fc + 0.01 * mx.random.normal(fc.shape)
+    for lin in (head.midlayer.self_attn.o_proj, head.midlayer.mlp.down_proj):
+        lin.weight = lin.weight * 0.1
+    ids = mx.array(vocab_ids.astype(np.int32))
+    head.d2t = ids - mx.arange(len(vocab_ids), dtype=mx.int32)
+    mx.eval(head.parameters())
+    return head
+
+
+def write_head(
+    out,
+    head,
+    cfg,
+    a,
+    corpus,
+    corpus_info,
+    digest,
+    train,
+    held,
+    answer_tokens,
+    covered,
+    taps,
+    feature_s,
+    train_s,
+    first,
+    curve,
+    log_lines,
+) -> Dict:
+    """The head and its record, written after each epoch (a run cut short keeps its last)."""
+    from mlx.utils import tree_flatten
+
+    from fewerpasses.head.model import save_head
+
+    save_head(head, out, t2d_size=cfg.vocab_size)
+    params = sum(v.size for k, v in tree_flatten(head.parameters()) if k != "d2t")
+    record = {
+        "command": "python -m training.head_train --target resources/models/smollm2/mlx --out " + str(out),
+        "settings": vars(a),
+        "seed": a.seed,
+        "corpus": {**corpus_info, "sha256": digest, "path": str(corpus)},
+        "train_prompts": len(train),
+        "heldout_prompts": len(held),
+        "train_answer_positions": answer_tokens,
+        "draft_vocab_coverage_of_train_labels": round(covered, 4),
+        "target_layers_read": list(taps),
+        "parameters": int(params),
+        "feature_seconds": round(feature_s, 1),
+        "train_seconds": round(train_s, 1),
+        "threads": os.cpu_count(),
+        "heldout_init": first,
+        "epochs": curve,
+        "weights_sha256": file_hash(out / "model.safetensors"),
+    }
+    (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
+    (out / "training.log").write_text("\n".join(log_lines) + "\n")
+    return record
+
+
+def main(argv=None) -> Dict:
+    import mlx.core as mx
+    import mlx.nn as nn
+    import mlx.optimizers as optim
+    from mlx.utils import tree_flatten
+    from mlx_lm import load
+
+    from fewerpasses.head.model import HeadConfig, save_head
+
+    ap = argparse.ArgumentParser(description="Train the draft head on the target's own answers.")
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--out", default="models/smollm2-head")
+    ap.add_argument("--corpus", default="resources/head/smollm2-corpus.npz")
+    for k, v in DEFAULTS.items():
+        ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v)
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    log_lines: List[str] = []
+
+    def log(msg):
+        print(msg, flush=True)
+        log_lines.append(msg)
+
+    corpus = Path(a.corpus)
+    if not corpus.is_file():
+        log(json.dumps({"corpus": str(corpus), "building": True}))
+        build_corpus(Path(a.target), corpus, a.prompts, a.seed, a.max_tokens, log=log)
+    corpus_info = json.loads(corpus.with_suffix(".json").read_text())["info"]
+    digest = file_hash(corpus)
+    seqs = sequences(corpus)
+    if len(seqs) != a.prompts:
+        raise SystemExit(f"{corpus} has {len(seqs)} prompts, not --prompts {a.prompts}: delete it to rebuild")
+    model, _ = load(a.target)
+    tcfg = model.args
+    cfg = HeadConfig(
+        hidden_size=tcfg.hidden_size,
+        intermediate_size=tcfg.intermediate_size,
+        num_attention_heads=tcfg.num_attention_heads,
+        num_key_value_heads=tcfg.num_key_value_heads,
+        vocab_size=tcfg.vocab_size,
+        draft_vocab_size=a.draft_vocab,
+        target_hidden_size=tcfg.hidden_size,
+        head_dim=getattr(tcfg, "head_dim", None),
+        rms_norm_eps=tcfg.rms_norm_eps,
+        rope_theta=10000.0,
+        max_position_embeddings=2048,
+    )
+    taps = cfg.taps(len(model.layers))
+    cfg = HeadConfig(**{**cfg.__dict__, "layer_ids": taps})
+    t0 = time.perf_counter()
+    feats = target_features(model, seqs, taps, log=log)
+    feature_s = time.perf_counter() - t0
+    rng = random.Random(a.seed)
+    order = list(range(len(seqs)))
+    rng.shuffle(order)
+    held, train = sorted(order[: a.heldout]), sorted(order[a.heldout :])
+    vocab_ids = draft_vocabulary([seqs[i][1] for i in train], a.draft_vocab, cfg.vocab_size)
+    t2d = np.full(cfg.vocab_size, -1, np.int64)
+    t2d[vocab_ids] = np.arange(len(vocab_ids))
+    examples = make_examples(seqs, feats)
+    train_ex, held_ex = [examples[i] for i in train], [examples[i] for i in held]
+    answer_tokens = sum(int(e["answer"].sum()) for e in train_ex)
+    covered = float(
+        np.mean([t2d[lab] >= 0 for e in train_ex for lab, m in zip(e["label"], e["answer"]) if m and lab >= 0])
+    )
+    head = init_head(model, cfg, vocab_ids, a.seed)
+    head.freeze(keys=["d2t"])
+    embed = model.model.embed_tokens
+    model.freeze()
+    held_batches = batches(held_ex, a.batch_tokens, random.Random(a.seed + 1))
+    first = evaluate(head, embed, held_ex, held_batches, t2d, a.ttt)
+    log(json.dumps({"heldout_init": first}))
+    per_epoch = len(batches(train_ex, a.batch_tokens, random.Random(a.seed)))
+    total_steps = per_epoch * a.epochs
+
+    def lr_at(step):
+        if step < a.warmup:
+            return a.lr * (step + 1) / a.warmup
+        p = (step - a.warmup) / max(1, total_steps - a.warmup)
+        return a.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+
+    opt = optim.AdamW(learning_rate=a.lr, betas=[0.9, 0.95], weight_decay=a.weight_decay)
+    grad_fn = nn.value_and_grad(head, lambda h, *xs: loss_fn(h, embed, *xs, a.ttt)[0])
+    curve, step = [], 0
+    t1 = time.perf_counter()
+    for epoch in range(a.epochs):
+        shuffle = random.Random(a.seed * 1000 + epoch)
+        losses = []
+        for idx in batches(train_ex, a.batch_tokens, shuffle):
+            tokens, fb, labels = collate(train_ex, idx, t2d)
+            opt.learning_rate = lr_at(step)
+            loss, grads = grad_fn(head, tokens, fb, labels)
+            grads, _ = optim.clip_grad_norm(grads, a.clip)
+            opt.update(head, grads)
+            mx.eval(head.parameters(), opt.state, loss)
+            losses.append(loss.item())
+            step += 1
+            if step % 20 == 0:
+                log(
+                    json.dumps(
+                        {
+                            "step": step,
+                            "of": total_steps,
+                            "loss": round(float(np.mean(losses[-20:])), 4),
+                            "lr": round(lr_at(step), 6),
+                            "wall_s": round(time.perf_counter() - t1, 1),
+                        }
+                    )
+                )
+        ev = evaluate(head, embed, held_ex, held_batches, t2d, a.ttt)
+        curve.append({"epoch": epoch + 1, "train_loss": round(float(np.mean(losses)), 4), **ev})
+        log(json.dumps(curve[-1]))
+        record = write_head(
+            out,
+            head,
+            cfg,
+            a,
+            corpus,
+            corpus_info,
+            digest,
+            train,
+            held,
+            answer_tokens,
+            covered,
+            taps,
+            feature_s,
+            time.perf_counter() - t1,
+            first,
+            curve,
+            log_lines,
+        )
+    return record
+
+
+if __name__ == "__main__":
+    main()
