@@ -13,6 +13,7 @@
 #   results/lookup/<model>/ngram<n>_draft<k>.json                one prompt-lookup cell
 #   results/diffusion/<model>/<baseline>/block<b>_thr<t>.json    one diffusion cell
 #   results/suffix/<model>/draft<k>_<memory>_b<n>.json          one suffix-drafting cell
+#   results/recycle/<model>/draft<k>.json                      one recycled-predictions cell
 #   results/head/<model>/<head>/draft<k>.json                  one draft-head cell
 #   results/ceiling/<model>/draft<k>.json                      one perfect-draft ceiling cell (a bound)
 #   results/text_bounds/<model>/draft<k>.json                  what drafting from the text can reach, below it
@@ -51,6 +52,7 @@ include: "rules/lookup.smk"
 include: "rules/diffusion.smk"
 include: "rules/ceiling.smk"
 include: "rules/suffix.smk"
+include: "rules/recycle.smk"
 include: "rules/head.smk"
 include: "rules/techniques.smk"
 include: "rules/results.smk"

@@ -13,11 +13,14 @@ from .diffusion.technique import TECHNIQUE as DIFFUSION
 from .head.technique import TECHNIQUE as HEAD
 from .layerskip.technique import TECHNIQUE as LAYERSKIP
 from .lookup.technique import TECHNIQUE as LOOKUP
+from .recycle.technique import TECHNIQUE as RECYCLE
 from .suffix.technique import TECHNIQUE as SUFFIX
 from .twomodel.technique import TECHNIQUE as TWOMODEL
 
 # In the order the comparison lists them.
-REGISTRY: Dict[str, Technique] = {t.name: t for t in (LAYERSKIP, TWOMODEL, LOOKUP, SUFFIX, HEAD, DIFFUSION, CEILING)}
+REGISTRY: Dict[str, Technique] = {
+    t.name: t for t in (LAYERSKIP, TWOMODEL, LOOKUP, SUFFIX, RECYCLE, HEAD, DIFFUSION, CEILING)
+}
 
 
 def technique(name: str) -> Technique:

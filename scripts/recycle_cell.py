@@ -1,0 +1,16 @@
+import json
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from fewerpasses.recycle.cell import recycle_cell
+from fewerpasses.measure.results import write_cell
+
+result = recycle_cell(
+    snakemake.input.model,
+    json.load(open(snakemake.input.reference)),
+    snakemake.input.prompts,
+    model_name=snakemake.wildcards.model,
+    **snakemake.params.cell,
+)
+write_cell(result, snakemake.output[0])

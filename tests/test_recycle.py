@@ -1,0 +1,72 @@
+"""Recycled predictions (fewerpasses/recycle/): every pass writes each read token's row with the
+model's own top-k, the table travels with a prefilled prompt's copy, chains follow the best
+guesses and stop at unwritten rows, and drafting from it keeps plain decoding's tokens."""
+
+import copy
+
+import mlx.core as mx
+import pytest
+
+from fewerpasses.core.models import load
+from fewerpasses.lookup.draft import DraftPolicy
+from fewerpasses.measure.streams import plain_stream, timed_generation
+from fewerpasses.recycle.cell import loads, recycle_stream
+from fewerpasses.recycle.table import RecyclingTarget, TableCache
+from tiny_models import write_model_dir
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    path = write_model_dir(tmp_path_factory.mktemp("target"), layers=4, seed=5)
+    model, _ = load(str(path))
+    return path, model
+
+
+def test_a_pass_writes_each_read_tokens_row_with_the_models_top_k(target):
+    _, model = target
+    rec = RecyclingTarget(model, top_k=3)
+    cache = rec.make_cache()
+    tokens = [5, 9, 14, 3]
+    logits = rec(mx.array([tokens]), cache=cache)
+    table = cache[-1]
+    for i, t in enumerate(tokens):
+        want = mx.argsort(-logits[0, i])[:3].tolist()
+        assert table.table[t].tolist() == want
+    assert table.written[tokens].all().item() and not table.written[6].item()
+
+
+def test_a_chain_follows_the_best_guesses_and_stops_at_an_unwritten_row():
+    table = TableCache(rows=10, top_k=2)
+    table.table[mx.array([1, 4, 7])] = mx.array([[4, 0], [7, 0], [9, 0]], dtype=mx.int32)
+    table.written[mx.array([1, 4, 7])] = True
+    assert table.chain(1, 5) == [4, 7, 9]  # row 9 never written: the chain ends after it
+    assert table.chain(2, 3) == []
+    assert table.trim(4) == 4 and table.chain(1, 2) == [4, 7]
+
+
+def test_the_table_travels_with_a_cache_copy(target):
+    _, model = target
+    rec = RecyclingTarget(model, top_k=2)
+    cache = rec.make_cache()
+    rec(mx.array([[5, 9, 14]]), cache=cache)
+    twin = copy.deepcopy(cache)
+    assert mx.array_equal(twin[-1].table, cache[-1].table).item()
+
+
+def test_drafting_from_recycled_predictions_keeps_plain_decodings_tokens(target):
+    _, model = target
+    stream = recycle_stream(RecyclingTarget(model, top_k=4), 32, DraftPolicy(num_draft=4, max_ngram=1, min_ngram=1))
+    drafted = 0
+    for prompt in ([5, 9, 14, 3], [7, 7, 7, 7, 7, 2], list(range(40, 80))):
+        p = mx.array(prompt, dtype=mx.uint32)
+        want = timed_generation(lambda: plain_stream(model, p, 32), len(prompt)).tokens
+        got = timed_generation(lambda: stream(p), len(prompt))
+        assert got.tokens == want
+        drafted += got.drafted
+    assert drafted > 0
+
+
+def test_the_memory_plan_counts_the_table(target):
+    path, _ = target
+    _, held = loads({"num_draft": 4, "top_k": 8, "rows": 0}, {"model": str(path)})
+    assert held.adapter_bytes["recycled predictions table"] > 8 * 4 * 100 and held.verify_rows == 5
