@@ -15,6 +15,7 @@
 #   results/suffix/<model>/draft<k>_<memory>_b<n>.json          one suffix-drafting cell
 #   results/recycle/<model>/draft<k>.json                      one recycled-predictions cell
 #   results/head/<model>/<head>/draft<k>.json                  one draft-head cell
+#   results/hybrid/<model>/<head>/draft<k>.json                one hybrid cell
 #   results/ceiling/<model>/draft<k>.json                      one perfect-draft ceiling cell (a bound)
 #   results/text_bounds/<model>/draft<k>.json                  what drafting from the text can reach, below it
 #   results/profile/, calibration/, search/      layer skipping's per-model measurements
@@ -54,6 +55,7 @@ include: "rules/ceiling.smk"
 include: "rules/suffix.smk"
 include: "rules/recycle.smk"
 include: "rules/head.smk"
+include: "rules/hybrid.smk"
 include: "rules/techniques.smk"
 include: "rules/results.smk"
 include: "rules/bench.smk"

@@ -11,6 +11,7 @@ from .ceiling.technique import TECHNIQUE as CEILING
 from .core.technique import Technique
 from .diffusion.technique import TECHNIQUE as DIFFUSION
 from .head.technique import TECHNIQUE as HEAD
+from .hybrid.technique import TECHNIQUE as HYBRID
 from .layerskip.technique import TECHNIQUE as LAYERSKIP
 from .lookup.technique import TECHNIQUE as LOOKUP
 from .recycle.technique import TECHNIQUE as RECYCLE
@@ -19,7 +20,7 @@ from .twomodel.technique import TECHNIQUE as TWOMODEL
 
 # In the order the comparison lists them.
 REGISTRY: Dict[str, Technique] = {
-    t.name: t for t in (LAYERSKIP, TWOMODEL, LOOKUP, SUFFIX, RECYCLE, HEAD, DIFFUSION, CEILING)
+    t.name: t for t in (LAYERSKIP, TWOMODEL, LOOKUP, SUFFIX, RECYCLE, HEAD, HYBRID, DIFFUSION, CEILING)
 }
 
 

@@ -27,9 +27,10 @@ class HeadDrafter:
 
     def bind(self, cache: List) -> None:
         """The loop's cache (the target's, then the head's): the head drafts from its part."""
-        if not isinstance(cache[-1], HeadCache):
+        found = [c for c in cache if isinstance(c, HeadCache)]
+        if not found:
             raise ValueError("a head drafts over a headed target's cache (HeadedTarget.make_cache)")
-        self.cache = cache[-1]
+        self.cache = found[0]
 
     def append(self, token: int) -> None:
         self.last = int(token)

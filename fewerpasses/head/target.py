@@ -122,6 +122,10 @@ class HeadedTarget(nn.Module):
     def layers(self):
         return self.target.layers
 
+    @property
+    def args(self):
+        return self.target.args
+
     def make_cache(self) -> List:
         from mlx_lm.models.cache import make_prompt_cache
 

@@ -35,7 +35,7 @@ JOB_OVERHEAD = 1.0
 REPORT_JOB = 4.0
 # The techniques whose cells run on prompt lookup's loop (lookup.cell.run_drafting_cell),
 # which times its verify curve before the pairs.
-DRAFTING_LOOP = ("lookup", "suffix", "recycle", "head", "ceiling")
+DRAFTING_LOOP = ("lookup", "suffix", "recycle", "head", "hybrid", "ceiling")
 # Tokens each warm-up run decodes (measure.protocol.WARMUP_TOKENS).
 WARMUP_TOKENS = 8
 

@@ -15,9 +15,10 @@ class RecycleDrafter:
         self.table: TableCache = None
 
     def bind(self, cache: List) -> None:
-        if not isinstance(cache[-1], TableCache):
+        found = [c for c in cache if isinstance(c, TableCache)]
+        if not found:
             raise ValueError("recycled predictions draft over a recycling target's cache (RecyclingTarget.make_cache)")
-        self.table = cache[-1]
+        self.table = found[0]
 
     def append(self, token: int) -> None:
         self.last = int(token)

@@ -1,0 +1,131 @@
+"""A hybrid cell: plain decoding against prompt lookup's loop drafting, each round, from
+whichever of the suffix trie, the recycled predictions and the draft head promises the most
+kept tokens per unit of measured cost (hybrid/draft.py). The loop runs the target with both
+the head and the table attached; the verify curve is measured on it, the head's drafting cost
+beside it. The cell records how many rounds each source won (`chosen`)."""
+
+from pathlib import Path
+from typing import Dict, Sequence, Tuple
+
+from ..head.cell import first_kept
+from ..head.draft import HeadDrafter
+from ..head.model import load_head
+from ..head.target import HeadedTarget
+from ..lookup.cell import costs_of, gated, run_drafting_cell
+from ..lookup.draft import DraftPolicy
+from ..lookup.loop import lookup_stream
+from ..measure.cell import Loads
+from ..measure.costs import DecodeCosts, _filled_cache, round_robin
+from ..recycle.table import RecyclingTarget
+from ..suffix.draft import SuffixSettings
+from .draft import HybridDrafter
+
+
+def _policy(num_draft: int) -> DraftPolicy:
+    return DraftPolicy(num_draft=num_draft, max_ngram=2, min_ngram=2)
+
+
+def hybrid_model(model, head_path, top_k: int) -> RecyclingTarget:
+    head = load_head(head_path, dtype=model.model.norm.weight.dtype)
+    return RecyclingTarget(HeadedTarget(model, head), top_k)
+
+
+def hybrid_stream(runner: RecyclingTarget, max_tokens: int, policy: DraftPolicy, costs: DecodeCosts, min_prob, chosen):
+    unit = costs.plain_token
+    verify = [costs.verify[k + 1] / unit for k in range(policy.num_draft + 1)]
+    head_cost = [0.0] + [costs.draft.get(k, 0.0) / unit for k in range(1, policy.num_draft + 1)]
+    headed = runner.target
+
+    def stream(prompt, caches=None):
+        def index(tokens, _):
+            head = HeadDrafter(headed, tokens, min_prob)
+            return HybridDrafter(tokens, policy, SuffixSettings(), head, verify, head_cost, chosen)
+
+        return lookup_stream(runner, prompt, max_tokens, policy, caches, index=index)
+
+    return stream
+
+
+def draft_costs(runner: RecyclingTarget, context: Sequence[int], ks: Sequence[int], repeats: int) -> Dict[int, float]:
+    """Median seconds for the head to draft k tokens over the hybrid's cache."""
+    cache = _filled_cache(runner, context)
+    drafter = HeadDrafter(runner.target, list(context), min_prob=0.0)
+    drafter.bind(cache)
+    timed = round_robin({k: (lambda k=k: drafter.continuation(k)) for k in ks}, repeats, warmup=1)
+    return {k: timed[k] for k in ks}
+
+
+def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
+    from ..head.cell import loads as head_loads
+    from ..recycle.cell import loads as recycle_loads
+
+    _, head = head_loads(params, dirs)
+    _, table = recycle_loads({**params, "rows": 0}, dirs)
+    return dirs["model"], Loads(
+        models=head.models, caches=head.caches, verify_rows=head.verify_rows, adapter_bytes=table.adapter_bytes
+    )
+
+
+def hybrid_cell(
+    model_path,
+    reference: Dict,
+    prompt_set_path,
+    head_path,
+    *,
+    model_name: str,
+    head_name: str,
+    num_draft: int,
+    top_k: int,
+    min_prob: float,
+    cost_gate: bool,
+    max_tokens: int,
+    repeats: int,
+    warmup: int,
+    cost_repeats: int = 5,
+    head_source: str = "",
+) -> Dict:
+    policy = _policy(num_draft)
+    settings = {
+        "technique": "hybrid",
+        "target": model_name,
+        "draft_source": {"kind": "suffix trie, recycled predictions or draft head, per round", "name": head_name},
+        "engine": "ours",
+        "head": head_name,
+        "head_source": head_source,
+        "num_draft": num_draft,
+        "top_k": top_k,
+        "min_prob": min_prob,
+        "cost_gate": cost_gate,
+        "max_tokens": max_tokens,
+        "repeats": repeats,
+        "warmup": warmup,
+    }
+    chosen: Dict[str, int] = {}
+
+    def make_stream(runner, costs):
+        run = gated(policy, costs) if cost_gate else policy
+        return hybrid_stream(runner, max_tokens, run, costs, min_prob, chosen)
+
+    result = run_drafting_cell(
+        model_path,
+        reference,
+        prompt_set_path,
+        settings,
+        make_stream,
+        num_draft=num_draft,
+        cost_repeats=cost_repeats,
+        runs_on=lambda model: hybrid_model(model, Path(head_path), top_k),
+        draft_costs=draft_costs,
+        loads_of=loads({"num_draft": num_draft, "top_k": top_k}, {"model": str(model_path), "head": str(head_path)})[1],
+    )
+    # Over every run of the cell, its warm-up included.
+    result["chosen"] = chosen
+    result["first_kept"] = first_kept(result["rounds"])
+    return result
+
+
+def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
+    runner = hybrid_model(model, cell["head_source"], cell["top_k"])
+    costs = costs_of(cell["verify_costs"])
+    policy = gated(_policy(cell["num_draft"]), costs) if cell.get("cost_gate") else _policy(cell["num_draft"])
+    return hybrid_stream(runner, max_tokens, policy, costs, cell["min_prob"], {})

@@ -1,0 +1,91 @@
+"""The hybrid drafter (fewerpasses/hybrid/): it reads each source's kept prefix off the tokens
+the loop appends, picks the draft with the most expected tokens per unit of cost, runs the head
+only where the head could win, and keeps plain decoding's tokens."""
+
+import mlx.core as mx
+import pytest
+
+from fewerpasses.core.models import load
+from fewerpasses.head.model import DraftHead, HeadConfig
+from fewerpasses.hybrid.cell import hybrid_stream
+from fewerpasses.hybrid.draft import HybridDrafter, expected
+from fewerpasses.lookup.draft import DraftPolicy
+from fewerpasses.measure.costs import DecodeCosts
+from fewerpasses.measure.streams import plain_stream, timed_generation
+from fewerpasses.recycle.table import RecyclingTarget
+from fewerpasses.head.target import HeadedTarget
+from fewerpasses.suffix.draft import SuffixSettings
+from tiny_models import write_model_dir
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    model, _ = load(str(write_model_dir(tmp_path_factory.mktemp("target"), layers=6, seed=7)))
+    return model
+
+
+def runner_of(model):
+    a = model.args
+    mx.random.seed(0)
+    head = DraftHead(HeadConfig(a.hidden_size, 2 * a.hidden_size, 4, 2, a.vocab_size, 128, a.hidden_size))
+    mx.eval(head.parameters())
+    return RecyclingTarget(HeadedTarget(model, head), top_k=4)
+
+
+class Fixed:
+    """A source that always offers the same draft."""
+
+    def __init__(self, draft):
+        self.draft, self.calls = draft, 0
+
+    def append(self, token):
+        pass
+
+    def continuation(self, limit):
+        self.calls += 1
+        return self.draft[:limit]
+
+
+def drafter(head_draft, verify=(1.0, 1.5, 2.0, 2.5, 3.0), head_cost=(0, 0.1, 0.2, 0.3, 0.4)):
+    chosen = {}
+    d = HybridDrafter([1, 2, 3], DraftPolicy(4, 2, 2), SuffixSettings(), None, verify, head_cost, chosen)
+    d.sources = {"suffix": Fixed([]), "recycle": Fixed([7, 8]), "head": Fixed(head_draft)}
+    d.rates["head"] = type(d.rates["recycle"])()
+    return d, chosen
+
+
+def test_the_kept_prefix_is_read_off_the_appended_tokens():
+    d, chosen = drafter([9, 9, 9, 9])
+    d.rates["head"].refused = 50.0  # a head refused often: recycled predictions win
+    assert d.continuation(4) == [7, 8] and chosen == {"recycle": 1}
+    before = d.rates["recycle"].kept
+    for t in (7, 5):  # the first kept, the second refused (the pass's own token differs)
+        d.append(t)
+    assert d.rates["recycle"].kept == pytest.approx((before * 0.97 + 1) * 0.97, rel=1e-6)
+    assert d.rates["recycle"].refused == pytest.approx(0.97, rel=1e-6)
+    assert d._proposal is None
+
+
+def test_the_head_runs_only_where_it_could_win():
+    d, _ = drafter([9, 9, 9, 9])
+    d.rates["head"].refused = 50.0  # a head that is never right: not worth drafting with
+    d.continuation(4)
+    assert d.sources["head"].calls == 0
+    d.rates["head"].refused, d.rates["head"].kept = 0.0, 50.0
+    assert d.continuation(4) == [9, 9, 9, 9] and d.sources["head"].calls == 1
+
+
+def test_expected_tokens():
+    assert expected(0.5, 2) == pytest.approx(1.75) and expected(0.0, 3) == 1.0
+
+
+def test_the_hybrid_keeps_plain_decodings_tokens(target):
+    runner = runner_of(target)
+    costs = DecodeCosts({k: 0.01 * (1 + 0.2 * k) for k in range(1, 6)}, 0.01, {}, {k: 0.001 * k for k in range(1, 5)})
+    chosen = {}
+    stream = hybrid_stream(runner, 32, DraftPolicy(4, 2, 2), costs, 0.0, chosen)
+    for prompt in ([5, 9, 14, 3, 5, 9, 14], [7, 7, 7, 7, 7, 2], list(range(40, 80))):
+        p = mx.array(prompt, dtype=mx.uint32)
+        want = timed_generation(lambda: plain_stream(target, p, 32), len(prompt)).tokens
+        assert timed_generation(lambda: stream(p), len(prompt)).tokens == want
+    assert sum(chosen.values()) > 0
