@@ -130,8 +130,8 @@ def collate(examples: List[Dict], idx: List[int], t2d: np.ndarray):
 
 def ttt_forward(head, embed, tokens, feats, steps: int):
     """Logits of every unrolled step ([steps] x [B, L, N]); step j at position s predicts the
-    token j + 2 after s, from step j - 1's output at s - 1 (step 0: the target's feature at s)
-    and the embedding of the token after s, attending to step 0's keys at positions <= s - j
+    token at s + 2, from step j - 1's output at s - 1 (step 0: the target's feature at s) and
+    the embedding of the token at s + 1, attending to step 0's keys at positions <= s - j
     and to its own chain's keys of steps 1..j."""
     import mlx.core as mx
 
@@ -191,23 +191,13 @@ def _shift(x, n: int, axis: int = 2):
     return mx.concatenate([mx.zeros(pad_shape, x.dtype), x[tuple(keep)]], axis=axis)
 
 
-def _shift_labels(labels, j: int):
-    """Step j at position s predicts what step 0 at s + j predicts."""
-    import mlx.core as mx
-
-    if j == 0:
-        return labels
-    B, L = labels.shape
-    return mx.concatenate([labels[:, j:], mx.full((B, j), -1, labels.dtype)], axis=1)
-
-
 def loss_fn(head, embed, tokens, feats, labels, steps: int):
     import mlx.core as mx
     import mlx.nn as nn
 
     total, weight_sum, stats = 0.0, 0.0, []
     for j, logits in enumerate(ttt_forward(head, embed, tokens, feats, steps)):
-        lab = _shift_labels(labels, j)
+        lab = labels
         m = lab >= 0
         ce = nn.losses.cross_entropy(logits, mx.maximum(lab, 0), reduction="none")
         n = mx.maximum(m.sum(), 1)
@@ -231,7 +221,7 @@ def evaluate(head, embed, examples, idx_batches, t2d, steps: int) -> Dict:
         logits = ttt_forward(head, embed, tokens, feats, steps)
         right_so_far = None
         for j, lg in enumerate(logits):
-            lab = _shift_labels(labels, j)
+            lab = labels
             m = lab >= 0
             ok = (mx.argmax(lg, -1) == lab) & m
             hits[j] += ok.sum().item()
@@ -383,7 +373,13 @@ def main(argv=None) -> Dict:
     taps = cfg.taps(len(model.layers))
     cfg = HeadConfig(**{**cfg.__dict__, "layer_ids": taps})
     t0 = time.perf_counter()
-    feats = target_features(model, seqs, taps, log=log)
+    cached = corpus.with_name(corpus.stem + f"-features-{'-'.join(map(str, taps))}.npz")
+    if cached.is_file():
+        z = np.load(cached)
+        feats = [z[str(i)] for i in range(len(seqs))]
+    else:
+        feats = target_features(model, seqs, taps, log=log)
+        np.savez(cached, **{str(i): f for i, f in enumerate(feats)})
     feature_s = time.perf_counter() - t0
     rng = random.Random(a.seed)
     order = list(range(len(seqs)))

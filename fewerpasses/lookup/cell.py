@@ -141,9 +141,17 @@ def run_drafting_cell(
     # and every drafting round charged for leaving the pipeline (an upper bound on that cost:
     # consecutive drafting rounds leave it once).
     rounds_cost = {k + 1: costs.round_seconds(k) for k in range(num_draft + 1)}
-    result["replayed_speedup"] = replayed_speedup(
-        result["rounds"], rounds_cost, 1.0 / result["baseline_tps"], costs.restart
-    )
+    plain = 1.0 / result["baseline_tps"]
+    result["replayed_speedup"] = replayed_speedup(result["rounds"], rounds_cost, plain, costs.restart)
+    # Which term holds the speedup back, and by how much: the same rounds replayed without the
+    # drafter's own cost, and with verify passes as cheap as a plain token (a flat curve).
+    result["replayed_terms"] = {
+        "as_measured": result["replayed_speedup"],
+        "without_draft_cost": replayed_speedup(result["rounds"], costs.verify, plain, costs.restart),
+        "flat_verify": replayed_speedup(
+            result["rounds"], {k: plain + rounds_cost[k] - costs.verify[k] for k in rounds_cost}, plain, 0.0
+        ),
+    }
     return result
 
 
