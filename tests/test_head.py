@@ -213,3 +213,21 @@ def test_training_prompts_share_no_text_with_any_measured_set():
     check_disjoint(prompts, measured)
     with pytest.raises(ValueError, match="overlaps the measured text"):
         check_disjoint(prompts[:3] + [measured[7].upper()], measured)
+
+
+def test_every_unrolled_step_is_scored_against_the_token_two_after_its_position(target):
+    """Step j at position s drafts the token at s + 2 (its chain started at s - j): labels are
+    not shifted by the step. Labels made from each step's own argmax are then all right."""
+    from training.head_train import loss_fn, make_examples, ttt_forward
+
+    _, model = target
+    head = random_head(model)
+    tokens = np.array([5, 9, 14, 3, 7, 11, 2, 8, 21, 17], np.int32)
+    (ex,) = make_examples([(tokens[:3], tokens[3:])], [np.zeros((10, 192), np.float16)])
+    assert ex["label"][:8].tolist() == tokens[2:].tolist() and ex["answer"][1:8].all() and not ex["answer"][0]
+    x, f = mx.array(tokens[None]), mx.zeros((1, 10, 192))
+    logits = ttt_forward(head, model.model.embed_tokens, x, f, 3)
+    for j in range(3):
+        labels = mx.argmax(logits[j], -1)
+        _, hits = loss_fn(head, model.model.embed_tokens, x, f, labels, 3)
+        assert hits[j].item() == 10

@@ -40,16 +40,22 @@ def draft_costs(
 
 
 def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
-    """The target, the recycling target's own prompt cache, and the table (int32 ids)."""
+    """The target, the recycling target's own prompt cache, and the table (int32 ids and a
+    written flag per row). Its rows are the vocabulary's, read from the model's config; in a
+    plan made before the model is fetched, only `rows` if set (a table is megabytes, against
+    gigabytes of weights)."""
+    from pathlib import Path
+
     from ..core.memory import ModelShape
 
-    vocab = ModelShape.of(dirs["model"]).vocab if (dirs.get("model")) else 0
-    rows = min(int(params.get("rows") or vocab), vocab) if vocab else int(params.get("rows") or 0)
-    table = rows * (4 * int(params["top_k"]) + 1)
+    rows = int(params.get("rows") or 0)
+    if (Path(dirs["model"]) / "config.json").is_file():
+        vocab = ModelShape.of(dirs["model"]).vocab
+        rows = min(rows, vocab) if rows else vocab
     return dirs["model"], Loads(
         caches=[(dirs["model"], None)],
         verify_rows=int(params["num_draft"]) + 1,
-        adapter_bytes={"recycled predictions table": table},
+        adapter_bytes={"recycled predictions table": rows * (4 * int(params["top_k"]) + 1)},
     )
 
 
