@@ -1,6 +1,6 @@
 """A real Snakemake run of every technique of the registry on tiny models: layer skipping,
-two-model speculation, prompt lookup, suffix drafting, a diffusion adapter and the perfect-draft
-ceiling, with quality, the question-set check of the lossless rows, and the techniques table."""
+two-model speculation, prompt lookup, suffix drafting, recycled predictions, a draft head (written
+in EAGLE-3's layout), the hybrid, a diffusion adapter and the perfect-draft ceiling, with quality, the question-set check of the lossless rows, and the techniques table."""
 
 import json
 
@@ -10,7 +10,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 from fewerpasses.techniques import REGISTRY
-from tiny_models import write_diffusion_adapter, write_model_dir
+from tiny_models import write_diffusion_adapter, write_head, write_model_dir
 from workflow import copy_workflow, planned_jobs, snakemake, write_config
 
 
@@ -21,6 +21,7 @@ def run(tmp_path_factory):
     base = write_model_dir(d / "tiny_src", "llama", layers=6, tie_word_embeddings=False)
     draft = write_model_dir(d / "draft_src", "llama", layers=2, tie_word_embeddings=False, seed=1)
     adapter = write_diffusion_adapter(base, d / "diff_src", lora_scale=0.1)
+    head = write_head(base, d / "head_src")
     cfg = {
         "models": {
             "tiny": {"source": str(base)},
@@ -39,6 +40,13 @@ def run(tmp_path_factory):
         "twomodel": {"pairs": [{"target": "tiny", "draft": "tiny-draft"}], "draft_lengths": [2]},
         "lookup": {"models": ["tiny"], "max_ngrams": [3], "min_ngram": 1, "draft_lengths": [4]},
         "suffix": {"models": ["tiny"], "draft_lengths": [4]},
+        "recycle": {"models": ["tiny"], "draft_lengths": [3]},
+        "head": {
+            "heads": {"tiny-head": str(head)},
+            "pairs": [{"target": "tiny", "head": "tiny-head"}],
+            "draft_lengths": [3],
+        },
+        "hybrid": {"pairs": [{"target": "tiny", "head": "tiny-head"}], "draft_lengths": [3]},
         "ceiling": {"models": ["tiny"], "draft_lengths": [4]},
         "quality": {"question_set": "stdlib_quiz", "max_tokens": 8, "models": ["tiny"]},
         "diffusion": {"pairs": [{"model": "tiny-diff", "baseline": "tiny"}], "block_lengths": [8], "thresholds": [0.9]},
@@ -98,6 +106,9 @@ def test_lossless_rows_are_checked_on_the_question_set(run):
             "two-model (earlier study)",
             "prompt lookup (best)",
             "suffix drafting (best)",
+            "recycled predictions (best)",
+            "draft head (best)",
+            "hybrid (best)",
         ],
         techniques,
     )
@@ -118,6 +129,9 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
         "two-model (earlier study)",
         "prompt lookup (best)",
         "suffix drafting (best)",
+        "recycled predictions (best)",
+        "draft head (best)",
+        "hybrid (best)",
         "diffusion",
         "perfect-draft ceiling (bound)",
     ]
@@ -133,7 +147,11 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
     q = json.loads((d / "results/quality/tiny-diff/stdlib_quiz/block8_thr0.9.json").read_text())
     assert diff.quality == pytest.approx(q["score"]) and diff.quality_basis == "own answers"
     assert diff.config == "block 8, threshold 0.9" and diff.draft == "tiny-diff"
-    spec = df[df.technique.str.startswith(("layer skipping", "two-model", "prompt lookup", "suffix"))]
+    spec = df[
+        df.technique.str.startswith(
+            ("layer skipping", "two-model", "prompt lookup", "suffix", "recycled", "draft head", "hybrid")
+        )
+    ]
     assert (spec.quality_basis == "own answers (= plain's tokens)").all()
     per_prompt = pd.read_csv(d / "results/tables/techniques_per_prompt.csv")
     rows = per_prompt[per_prompt.technique == "diffusion"]

@@ -12,7 +12,6 @@ import pytest
 from fewerpasses.core.models import load
 from fewerpasses.head.cell import draft_costs, first_kept, head_stream, loads
 from fewerpasses.head.check import check_head, link_head
-from fewerpasses.head.draft import HeadDrafter
 from fewerpasses.head.model import DraftHead, HeadConfig, HeadFormatError, load_head, read_checkpoint, save_head
 from fewerpasses.head.target import HeadedTarget
 from fewerpasses.lookup.draft import DraftPolicy

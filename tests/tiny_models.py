@@ -251,3 +251,25 @@ def write_chat_teacher(out: Path) -> Path:
     mx.save_safetensors(str(out / "model.safetensors"), w, metadata={"format": "mlx"})
     (out / "chat_template.jinja").write_text(CHAT_TEMPLATE)
     return out
+
+
+def write_head(model_dir: Path, out: Path, seed: int = 0, draft_vocab: int = 128) -> Path:
+    """A random draft head for a tiny model, written as EAGLE-3 saves one (head/model.py)."""
+    from fewerpasses.head.model import DraftHead, HeadConfig, save_head
+
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    mx.random.seed(seed)
+    head = DraftHead(
+        HeadConfig(
+            hidden_size=cfg["hidden_size"],
+            intermediate_size=2 * cfg["hidden_size"],
+            num_attention_heads=cfg["num_attention_heads"],
+            num_key_value_heads=cfg["num_key_value_heads"],
+            vocab_size=cfg["vocab_size"],
+            draft_vocab_size=min(draft_vocab, cfg["vocab_size"]),
+            target_hidden_size=cfg["hidden_size"],
+        )
+    )
+    mx.eval(head.parameters())
+    save_head(head, out)
+    return Path(out)

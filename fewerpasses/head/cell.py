@@ -16,7 +16,7 @@ from ..lookup.cell import costs_of, gated, run_drafting_cell
 from ..lookup.draft import DraftPolicy
 from ..lookup.loop import lookup_stream
 from ..measure.cell import Loads
-from ..measure.costs import _filled_cache, round_robin
+from ..measure.costs import draft_seconds
 from .draft import HeadDrafter
 from .model import load_head
 from .target import HeadedTarget
@@ -38,13 +38,8 @@ def head_stream(headed: HeadedTarget, max_tokens: int, policy: DraftPolicy, min_
 
 
 def draft_costs(headed: HeadedTarget, context: Sequence[int], ks: Sequence[int], repeats: int) -> Dict[int, float]:
-    """Median seconds for the head to draft k tokens (every step, no early stop) after
-    `context`, for each k, timed round-robin; the head's cache is left as it was."""
-    cache = _filled_cache(headed, context)
-    drafter = HeadDrafter(headed, list(context), min_prob=0.0)
-    drafter.bind(cache)
-    timed = round_robin({k: (lambda k=k: drafter.continuation(k)) for k in ks}, repeats, warmup=1)
-    return {k: timed[k] for k in ks}
+    """Seconds for the head to draft k tokens (every step, no early stop) after `context`."""
+    return draft_seconds(headed, context, ks, repeats, lambda tokens: HeadDrafter(headed, tokens, min_prob=0.0))
 
 
 def first_kept(rounds: List[Dict]) -> float:

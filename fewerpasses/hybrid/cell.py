@@ -15,7 +15,7 @@ from ..lookup.cell import costs_of, gated, run_drafting_cell
 from ..lookup.draft import DraftPolicy
 from ..lookup.loop import lookup_stream
 from ..measure.cell import Loads
-from ..measure.costs import DecodeCosts, _filled_cache, round_robin
+from ..measure.costs import DecodeCosts, draft_seconds
 from ..recycle.table import RecyclingTarget
 from ..suffix.draft import SuffixSettings
 from .draft import HybridDrafter
@@ -47,12 +47,8 @@ def hybrid_stream(runner: RecyclingTarget, max_tokens: int, policy: DraftPolicy,
 
 
 def draft_costs(runner: RecyclingTarget, context: Sequence[int], ks: Sequence[int], repeats: int) -> Dict[int, float]:
-    """Median seconds for the head to draft k tokens over the hybrid's cache."""
-    cache = _filled_cache(runner, context)
-    drafter = HeadDrafter(runner.target, list(context), min_prob=0.0)
-    drafter.bind(cache)
-    timed = round_robin({k: (lambda k=k: drafter.continuation(k)) for k in ks}, repeats, warmup=1)
-    return {k: timed[k] for k in ks}
+    """Seconds for the head to draft k tokens over the hybrid's cache."""
+    return draft_seconds(runner, context, ks, repeats, lambda tokens: HeadDrafter(runner.target, tokens, min_prob=0.0))
 
 
 def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:

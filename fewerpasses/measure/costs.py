@@ -29,7 +29,7 @@ def round_robin(fns: Dict, repeats: int, warmup: int = 3) -> Dict:
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
-def _filled_cache(model: nn.Module, context: Sequence[int]):
+def filled_cache(model: nn.Module, context: Sequence[int]):
     cache = make_prompt_cache(model)
     model(mx.array(list(context), dtype=mx.uint32)[None], cache=cache)
     mx.eval([c.state for c in cache])
@@ -98,7 +98,7 @@ def decode_costs(
     second on, since it frees its buffer cache after the first; its cache entries trimmed after)."""
     if plain_tokens < 3:
         raise ValueError(f"plain_tokens must be at least 3 to time a pipelined token, got {plain_tokens}")
-    cache = _filled_cache(model, context)
+    cache = filled_cache(model, context)
     offset = cache[0].offset
 
     def plain():
@@ -116,6 +116,18 @@ def decode_costs(
     trees = {("tree", k): _tree_pass(model, cache, context[-1], k) for k in tree_ks}
     timed = round_robin({**fns, **trees, "plain": plain}, repeats, warmup=1)
     return DecodeCosts({k: timed[k] for k in ks}, timed["plain"], {k: timed[("tree", k)] for k in tree_ks})
+
+
+def draft_seconds(model: nn.Module, context: Sequence[int], ks: Sequence[int], repeats: int, make_drafter) -> Dict:
+    """Median seconds for a drafter that computes (a draft head, a table read on the device) to
+    draft k tokens after `context`, for each k, timed round-robin: `make_drafter(tokens)` makes
+    the loop's index, bound to a cache of `model` filled with the context; drafting leaves the
+    cache as it was."""
+    cache = filled_cache(model, context)
+    drafter = make_drafter(list(context))
+    drafter.bind(cache)
+    timed = round_robin({k: (lambda k=k: drafter.continuation(k)) for k in ks}, repeats, warmup=1)
+    return {k: timed[k] for k in ks}
 
 
 def expected_tokens(acceptance: float, k: int) -> float:

@@ -11,7 +11,7 @@ from ..lookup.cell import costs_of, gated, run_drafting_cell
 from ..lookup.draft import DraftPolicy
 from ..lookup.loop import lookup_stream
 from ..measure.cell import Loads
-from ..measure.costs import _filled_cache, round_robin
+from ..measure.costs import draft_seconds
 from .draft import RecycleDrafter
 from .table import RecyclingTarget
 
@@ -31,12 +31,8 @@ def recycle_stream(recycling: RecyclingTarget, max_tokens: int, policy: DraftPol
 def draft_costs(
     recycling: RecyclingTarget, context: Sequence[int], ks: Sequence[int], repeats: int
 ) -> Dict[int, float]:
-    """Median seconds to read a chain of k tokens from the table after `context`."""
-    cache = _filled_cache(recycling, context)
-    drafter = RecycleDrafter(list(context))
-    drafter.bind(cache)
-    timed = round_robin({k: (lambda k=k: drafter.continuation(k)) for k in ks}, repeats, warmup=1)
-    return {k: timed[k] for k in ks}
+    """Seconds to read a chain of k tokens from the table after `context`."""
+    return draft_seconds(recycling, context, ks, repeats, RecycleDrafter)
 
 
 def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
