@@ -327,10 +327,9 @@ def main(argv=None) -> Dict:
     import mlx.core as mx
     import mlx.nn as nn
     import mlx.optimizers as optim
-    from mlx.utils import tree_flatten
     from mlx_lm import load
 
-    from fewerpasses.head.model import HeadConfig, save_head
+    from fewerpasses.head.model import HeadConfig
 
     ap = argparse.ArgumentParser(description="Train the draft head on the target's own answers.")
     ap.add_argument("--target", required=True)
