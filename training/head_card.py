@@ -83,11 +83,16 @@ the pipeline's `head` and `hybrid` cells, and the target verifies every token.
   {", ".join(_pct(x) for x in last["chain_kept_by_length"])}. The held-out prompts share templates with the training
   prompts, so these overstate agreement on other prompts: the measured figures below do not.
 
-Rebuild (the corpus is rebuilt if absent; the same seed and corpus hash give these weights,
-sha256 `{t["weights_sha256"][:16]}...`):
+Rebuild, from the repository root: the target's MLX directory first; the corpus is rebuilt
+where absent and its hash recorded. The seed fixes the prompts, the shuffles and the
+initialisation, so the same corpus should give these weights (sha256
+`{t["weights_sha256"][:16]}...`), though MLX's CPU kernels are not promised to sum in one order
+across versions. About an hour here, with MKL preloaded as the timing jobs preload it:
 
 ```bash
-{t["command"]}
+snakemake --cores 1 resources/models/smollm2/mlx
+LD_PRELOAD=$(python -c "from fewerpasses.core.blas import pip_mkl; print(pip_mkl() or '')") \\
+  {t["command"]}
 python -m training.head_card {head_dir}{" --cell " + cell_path if cell_path else ""}
 ```
 """
