@@ -40,7 +40,7 @@ def rows(target: str, cells: List[Dict], earlier=None):
     b = best(cells)
     if b is None:
         return []
-    return [("hybrid (best)", f"suffix | recycled top-{b['top_k']} | {b['head']}, k<={b['num_draft']}", b)]
+    return [("hybrid (best)", f"suffix / recycled top-{b['top_k']} / {b['head']}, k<={b['num_draft']}", b)]
 
 
 def check(config: Dict, basedir: str = ".") -> None:
