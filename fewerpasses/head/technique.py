@@ -10,13 +10,18 @@ def _section(config: Dict) -> Dict:
     return config.get("head") or {}
 
 
-def grid(config: Dict) -> List[Dict[str, str]]:
-    s = _section(config)
+def pair_grid(section: Dict) -> List[Dict[str, str]]:
+    """The cells of a section with `pairs` of target and head and `draft_lengths` (this one's
+    and the hybrid's)."""
     return [
         {"model": p["target"], "head": p["head"], "draft": str(k)}
-        for p in s.get("pairs", [])
-        for k in s["draft_lengths"]
+        for p in section.get("pairs", [])
+        for k in section["draft_lengths"]
     ]
+
+
+def grid(config: Dict) -> List[Dict[str, str]]:
+    return pair_grid(_section(config))
 
 
 def params(wildcards, config: Dict) -> Dict:

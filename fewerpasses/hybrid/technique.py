@@ -4,7 +4,8 @@ head, the head named in `head.heads`; draft lengths; the table's top-k); its cel
 
 from typing import Dict, List
 
-from ..core.technique import ConfigError, Technique, best, generation_settings, model_inputs
+from ..core.technique import ConfigError, Technique, best, generation_settings
+from ..head.technique import inputs, pair_grid
 
 
 def _section(config: Dict) -> Dict:
@@ -12,12 +13,7 @@ def _section(config: Dict) -> Dict:
 
 
 def grid(config: Dict) -> List[Dict[str, str]]:
-    s = _section(config)
-    return [
-        {"model": p["target"], "head": p["head"], "draft": str(k)}
-        for p in s.get("pairs", [])
-        for k in s["draft_lengths"]
-    ]
+    return pair_grid(_section(config))
 
 
 def params(wildcards, config: Dict) -> Dict:
@@ -30,10 +26,6 @@ def params(wildcards, config: Dict) -> Dict:
         "head_source": config["head"]["heads"][wildcards.head],
         **generation_settings(config),
     }
-
-
-def inputs(wildcards, config: Dict) -> Dict:
-    return {**model_inputs(wildcards, config), "head": ("fetch_head", {"head": wildcards.head})}
 
 
 def rows(target: str, cells: List[Dict], earlier=None):
