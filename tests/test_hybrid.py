@@ -89,3 +89,27 @@ def test_the_hybrid_keeps_plain_decodings_tokens(target):
         want = timed_generation(lambda: plain_stream(target, p, 32), len(prompt)).tokens
         assert timed_generation(lambda: stream(p), len(prompt)).tokens == want
     assert sum(chosen.values()) > 0
+
+
+def test_the_hybrid_owns_the_gate_pricing_each_source_at_its_own_cost():
+    # The head's drafts cost it time; a free source's do not. At equal rates and lengths the
+    # free source wins; where no source beats a plain step the round drafts nothing.
+    d, chosen = drafter([9, 9, 9, 9], verify=(1.0, 1.2, 1.4, 1.6, 1.8), head_cost=(0, 0.5, 1.0, 1.5, 2.0))
+    d.sources["recycle"] = Fixed([7, 8, 7, 8])
+    k = d.gated_length(4)
+    assert k > 0 and d._plan == "recycle"
+    assert d.continuation(k) == [7, 8, 7, 8][:k] and d.sources["head"].calls == 0
+    for name in d.rates:
+        d.rates[name].refused = 50.0  # every source refused: a plain step beats them all
+    d.append(7)
+    assert d.gated_length(4) == 0 and d.continuation(0) == []
+    assert chosen == {"recycle": 1}
+
+
+def test_the_gate_takes_the_head_where_only_it_is_worth_its_cost():
+    d, chosen = drafter([9, 9, 9], verify=(1.0, 1.1, 1.2, 1.3, 1.4), head_cost=(0, 0.1, 0.2, 0.3, 0.4))
+    d.sources["recycle"] = Fixed([])
+    d.rates["head"].kept = 50.0
+    k = d.gated_length(4)
+    assert k == 4 and d._plan == "head"
+    assert d.continuation(k) == [9, 9, 9] and chosen == {"head": 1}

@@ -88,6 +88,12 @@ def gated_length_of(chances: Sequence[float], verify_cost: Sequence[float], over
     """`gated_length` where the i-th drafted token is kept, given the ones before it were, with
     probability chances[i - 1] (one per draft length up to the limit): the expected tokens
     of k drafts are 1 + c1 + c1 c2 + ... + c1 ... ck."""
+    return gated_rate_of(chances, verify_cost, overhead)[0]
+
+
+def gated_rate_of(chances: Sequence[float], verify_cost: Sequence[float], overhead: float = 0.0) -> Tuple[int, float]:
+    """`gated_length_of`'s length and its expected tokens per unit of cost (1.0, plain
+    decoding's, for length 0)."""
     best_k, best_rate = 0, 1.0
     expected, kept_so_far = 1.0, 1.0
     for k in range(1, min(len(chances), len(verify_cost) - 1) + 1):
@@ -96,7 +102,7 @@ def gated_length_of(chances: Sequence[float], verify_cost: Sequence[float], over
         rate = expected / (verify_cost[k] + overhead)
         if rate > best_rate:
             best_k, best_rate = k, rate
-    return best_k
+    return best_k, best_rate
 
 
 class AcceptanceEstimate:

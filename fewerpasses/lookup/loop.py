@@ -37,6 +37,13 @@ class DraftIndex(Protocol):
         ...
 
 
+# Optional hooks an index may have: `bind(cache)` (it drafts from the loop's cache, as a draft
+# head does), `may_draft()` (whether a draft may follow, without a lookup), `match_length()`
+# (for the gate by match), `branches(limit, width)` (a draft tree's candidates), and
+# `gated_length(limit, overhead)`: the round's draft length under the cost gate, for an index
+# that prices its drafts itself (the gate's `accept` is then not asked).
+
+
 class LookupStream:
     """One greedy generation as a `TokenStream` (fewerpasses.measure.streams); after it ends,
     `draft_seconds` is the host time spent finding drafts (index updates included)."""
@@ -128,6 +135,9 @@ class LookupStream:
         by_match = policy.acceptance == "by_match"
         if by_match and not hasattr(index, "match_length"):
             raise ValueError("acceptance by_match needs an index that reports its match length (the suffix trie)")
+        # An index that prices its own drafts (the hybrid: one estimate and one cost curve per
+        # source) sizes each round itself, in the same units as the policy's curve.
+        own_gate = getattr(index, "gated_length", None)
         match = 0
         n = 0
         while n < max_tokens:
@@ -138,7 +148,10 @@ class LookupStream:
                 # A known y means no step is queued: the pipeline is already left.
                 overhead = 0.0 if known else policy.restart_cost
                 match = self._timed(index.match_length) if by_match else 0
-                limit = accept.gated(limit, policy.verify_cost, overhead, match)
+                if own_gate is not None:
+                    limit = self._timed(own_gate, limit, overhead)
+                else:
+                    limit = accept.gated(limit, policy.verify_cost, overhead, match)
             if not known:
                 # A step is queued: the n-gram before y tells, without waiting, whether a draft
                 # may follow y. If none can, queue the next step and read y, as plain decoding
