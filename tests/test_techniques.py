@@ -159,3 +159,60 @@ def test_no_second_row_when_the_best_is_the_earlier_studys_configuration():
         "two-model (best)",
         "two-model (earlier study)",
     ]
+
+
+def _lookup(model, speedup, num_draft, category_speedups):
+    """A lookup cell with one prompt per category, each run at its category's speedup."""
+    per_prompt = [
+        {
+            "prompt_id": f"{cat}_1",
+            "category": cat,
+            "prompt_tokens": 40,
+            "runs": [
+                {
+                    "repeat": 0,
+                    "baseline": {"decode_tps": 10.0, "e2e_tps": 9.0},
+                    "candidate": {
+                        "decode_tps": 10.0 * s,
+                        "e2e_tps": 9.0 * s,
+                        "new_tokens": 16,
+                        "full_passes": 16 if num_draft == 0 else 10,
+                        "drafted": 0 if num_draft == 0 else 8,
+                        "accepted": 0 if num_draft == 0 else 6,
+                    },
+                }
+            ],
+        }
+        for cat, s in category_speedups.items()
+    ]
+    return _cell(
+        model,
+        speedup,
+        technique="lookup",
+        draft_source={"kind": "context", "name": "-"},
+        num_draft=num_draft,
+        max_ngram=4,
+        min_ngram=3,
+        per_prompt=per_prompt,
+    )
+
+
+def test_drafting_rows_split_into_the_loops_factor_and_the_drafts():
+    from fewerpasses.report.techniques import category_frame, per_prompt_frame
+
+    floor = _lookup("m", 1.05, 0, {"qa": 1.02, "rag": 1.10})
+    drafting = _lookup("m", 1.40, 8, {"qa": 1.20, "rag": 1.65})
+    skip = _cell("m", 0.8)
+    rows = compare([floor, drafting, skip], {"m": {"score": 0.5}})
+    by = {r["technique"]: r for r in rows}
+    best, loop = by["prompt lookup (best)"], by["prompt lookup, no drafts"]
+    # The product of the two factors is the measured speedup; the floor is the loop alone.
+    assert best["loop_factor"] == 1.05 and best["drafts_factor"] == pytest.approx(1.40 / 1.05)
+    assert loop["loop_factor"] == 1.05 and loop["drafts_factor"] != loop["drafts_factor"]  # NaN
+    # Layer skipping runs its own loop: no split.
+    ls = by["layer skipping (best)"]
+    assert ls["loop_factor"] != ls["loop_factor"] and ls["drafts_factor"] != ls["drafts_factor"]
+    cats = category_frame(per_prompt_frame(rows)).set_index(["technique", "category"])
+    rag = cats.loc[("prompt lookup (best)", "rag")]
+    assert rag.loop_factor == pytest.approx(1.10) and rag.drafts_factor == pytest.approx(1.65 / 1.10)
+    assert cats.loc[("prompt lookup (best)", "qa")].drafts_factor == pytest.approx(1.20 / 1.02)

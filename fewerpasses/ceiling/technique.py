@@ -47,4 +47,5 @@ TECHNIQUE = Technique(
     params=params,
     outputs=outputs,
     check=check,
+    on_lookup_loop=True,
 )

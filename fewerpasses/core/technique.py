@@ -107,6 +107,10 @@ class Technique:
     # answers): its rows are measured against the bounds of what the text holds
     # (ceiling/text_bounds.py).
     drafts_from_text: bool = False
+    # It drafts on prompt lookup's loop (lookup/loop.py): its speedup over mlx-lm's
+    # `generate_step` splits into the loop's own factor (the lookup cell at draft length 0 of
+    # the same run, where it ran) and its drafts' factor, the rest.
+    on_lookup_loop: bool = False
     # "module:function" `(params, model dirs by input name) -> (target dir, measure.cell.Loads)`:
     # what a cell holds besides its target, for its memory plan; the cell uses the same.
     loads: str = "fewerpasses.measure.cell:loads"

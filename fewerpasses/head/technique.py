@@ -77,4 +77,5 @@ TECHNIQUE = Technique(
     wildcards={"head": "[A-Za-z0-9._-]+"},
     check=check,
     loads="fewerpasses.head.cell:loads",
+    on_lookup_loop=True,
 )

@@ -56,4 +56,5 @@ TECHNIQUE = Technique(
     params=params,
     check=check,
     loads="fewerpasses.hybrid.cell:loads",
+    on_lookup_loop=True,
 )

@@ -77,4 +77,5 @@ TECHNIQUE = Technique(
     params=params,
     wildcards={"max_ngram": r"\d+"},
     check=check,
+    on_lookup_loop=True,
 )

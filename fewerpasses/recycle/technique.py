@@ -47,4 +47,5 @@ TECHNIQUE = Technique(
     params=params,
     check=lambda config, basedir=".": check_models(config, "recycle"),
     loads="fewerpasses.recycle.cell:loads",
+    on_lookup_loop=True,
 )

@@ -28,6 +28,8 @@ COLUMNS = [
     "speedup",
     "speedup_ci_low",
     "speedup_ci_high",
+    "loop_factor",
+    "drafts_factor",
     "quality",
     "quality_basis",
     "tokens_per_pass",
@@ -66,8 +68,14 @@ def _row(target, technique, config, cell, quality, extra_gb=0.0, draft="-", basi
         "replayed_speedup": cell.get("replayed_speedup"),
         # Its speedup over the perfect-draft ceiling's for the same target (filled by compare).
         "ceiling_share": float("nan"),
+        # For a technique on prompt lookup's loop: the loop's own factor and the drafts' (filled
+        # by compare, `with_loop_factor`).
+        "loop_factor": float("nan"),
+        "drafts_factor": float("nan"),
         "_cell": cell,
         "_bound": False,
+        "_on_loop": False,
+        "_floor": False,
     }
 
 
@@ -126,8 +134,9 @@ def compare(
                 source.get("name", "-") if source.get("kind") in ("model", "adapter") else "-",
                 basis=basis,
             )
-            rows.append({**row, "_bound": tech.bound})
-    return with_ceiling_share(rows)
+            floor = tech.name == "lookup" and cell.get("num_draft") == 0
+            rows.append({**row, "_bound": tech.bound, "_on_loop": tech.on_lookup_loop, "_floor": floor})
+    return with_loop_factor(with_ceiling_share(rows))
 
 
 def with_ceiling_share(rows: List[Dict]) -> List[Dict]:
@@ -140,6 +149,20 @@ def with_ceiling_share(rows: List[Dict]) -> List[Dict]:
     for r in rows:
         if not r["_bound"] and r["technique"] != "plain" and r["target"] in ceiling:
             r["ceiling_share"] = r["speedup"] / ceiling[r["target"]]
+    return rows
+
+
+def with_loop_factor(rows: List[Dict]) -> List[Dict]:
+    """Each row on prompt lookup's loop split into two factors whose product is its speedup
+    over mlx-lm's `generate_step`: the loop's own (its target's lookup cell at draft length 0:
+    the same loop decoding plainly, measured in the same run) and the drafts' (the speedup over
+    that factor: what the drafts win, their own costs paid). NaN where no such cell ran."""
+    floor = {r["target"]: r["speedup"] for r in rows if r["_floor"]}
+    for r in rows:
+        if r["_on_loop"] and r["target"] in floor:
+            r["loop_factor"] = floor[r["target"]]
+            if not r["_floor"]:
+                r["drafts_factor"] = r["speedup"] / floor[r["target"]]
     return rows
 
 
@@ -156,6 +179,8 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
                         "technique": r["technique"],
                         "config": r["config"],
                         "bound": r["_bound"],
+                        "on_loop": r.get("_on_loop", False),
+                        "loop_floor": r.get("_floor", False),
                         "prompt_id": pp["prompt_id"],
                         "category": pp.get("category") or "-",
                         "prompt_tokens": pp.get("prompt_tokens"),
@@ -221,6 +246,8 @@ def category_frame(per_prompt: pd.DataFrame, by: str = "category") -> pd.DataFra
                     "prompts": c.prompt_id.nunique(),
                     "pairs": len(c),
                     "bound": bool(c.bound.any()) if "bound" in c else False,
+                    "on_loop": bool(c.on_loop.any()) if "on_loop" in c else False,
+                    "loop_floor": bool(c.loop_floor.any()) if "loop_floor" in c else False,
                 }
             )
     frame = pd.DataFrame(out)
@@ -232,12 +259,25 @@ def category_frame(per_prompt: pd.DataFrame, by: str = "category") -> pd.DataFra
         ceiling.get((t, c), float("nan")) if not b and tech != "plain" else float("nan")
         for t, c, b, tech in zip(frame.target, frame[by], frame.bound, frame.technique)
     ]
-    return frame.assign(ceiling_share=frame.speedup / pd.Series(share, index=frame.index))
+    frame = frame.assign(ceiling_share=frame.speedup / pd.Series(share, index=frame.index))
+    # The loop's own factor in the same column (its lookup cell at draft length 0), and the
+    # drafts' factor over it, for the rows on prompt lookup's loop (`with_loop_factor`).
+    floor = frame[frame.loop_floor].groupby(["target", by]).speedup.first()
+    loop = pd.Series(
+        [
+            floor.get((t, c), float("nan")) if on else float("nan")
+            for t, c, on in zip(frame.target, frame[by], frame.on_loop)
+        ],
+        index=frame.index,
+    )
+    drafts = (frame.speedup / loop).where(~frame.loop_floor)
+    return frame.assign(loop_factor=loop, drafts_factor=drafts)
 
 
 def leaderboard(by_category: pd.DataFrame, by: str = "category") -> str:
     """Markdown in Spec-Bench's leaderboard layout: techniques down, categories (or context
-    lengths) across, each cell the speedup [95% CI] and, below it, tokens per full pass."""
+    lengths) across, each cell the speedup [95% CI] and, below it, tokens per full pass, the
+    share of the ceiling and, on prompt lookup's loop, the loop's and the drafts' factors."""
     cats = sorted((c for c in by_category[by].unique() if c != OVERALL), key=_axis_order) + [OVERALL]
     lines = []
     for target, g in by_category.groupby("target", sort=False):
@@ -262,10 +302,16 @@ def leaderboard(by_category: pd.DataFrame, by: str = "category") -> str:
                     if "ceiling_share" in x and pd.notna(x.ceiling_share)
                     else ""
                 )
+                factors = (
+                    f"<br>loop {x.loop_factor:.2f}x, drafts {x.drafts_factor:.2f}x"
+                    if "drafts_factor" in x and pd.notna(x.drafts_factor)
+                    else ""
+                )
                 cells.append(
                     f"{x.speedup:.2f}x [{x.speedup_ci_low:.2f}, {x.speedup_ci_high:.2f}]<br>{x.tokens_per_pass:.2f} tok/pass"
                     + agree
                     + share
+                    + factors
                 )
             lines.append(f"| {tech} | {config} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -362,6 +408,8 @@ def write_comparison(
         for t, x, a, ties, real in zip(df.technique, df.lossless, df.token_agreement, df.numerical_ties, reals)
     ]
     show["ceiling_share"] = ["-" if pd.isna(x) else f"{x:.0%}" for x in df.ceiling_share]
+    for factor in ("loop_factor", "drafts_factor"):
+        show[factor] = ["-" if pd.isna(x) else f"{x:.2f}x" for x in df[factor]]
     show = show.drop(columns=["token_agreement", "draft_share", "replayed_speedup"])
     show = show.drop(columns=["speedup_ci_low", "speedup_ci_high"])
     write_text(md_path, show.to_markdown(index=False, floatfmt=".3g") + "\n")

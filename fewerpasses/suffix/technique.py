@@ -78,4 +78,5 @@ TECHNIQUE = Technique(
     params=params,
     wildcards={"memory": "prompt|set", "branches": "[12]"},
     check=check,
+    on_lookup_loop=True,
 )
