@@ -63,7 +63,9 @@ def test_a_real_drafter_never_beats_its_bounds():
     b = prompt_bounds(prompt, answer, [], COSTS, 4)
     assert 1.0 <= b["match"] <= b["copy"] <= b["ceiling"]
     assert b["copy_memory"] >= b["copy"] and b["match_memory"] >= b["match"]
-    index, i, cost, synced = SuffixIndex(prompt, SuffixSettings(max_depth=8, min_match=1)), 0, 0.0, False
+    # The bounds count the tokens after the first, as a decode speedup does: so does the replay.
+    index, i, cost, synced = SuffixIndex(prompt, SuffixSettings(max_depth=8, min_match=1)), 1, 0.0, False
+    index.append(answer[0])
     while i < len(answer):
         d = index.continuation(min(4, len(answer) - i - 1))
         kept = next((j for j, t in enumerate(d) if i + j >= len(answer) or t != answer[i + j]), len(d))
@@ -75,7 +77,39 @@ def test_a_real_drafter_never_beats_its_bounds():
         for t in answer[i : i + kept + 1]:
             index.append(t)
         i += kept + 1
-    assert len(answer) / cost <= b["match"] + 1e-9
+    assert (len(answer) - 1) / cost <= b["match"] + 1e-9
+    assert b["match"] <= b["run_on"] <= b["ceiling"]
+
+
+def test_a_run_on_copy_continues_into_its_own_drafts():
+    # "3 4" then "3 4 3 4 ...": after the answer's first 3, the match is the prompt's "3 4";
+    # a copy stops at the end of the text (two tokens on), a run-on copy repeats what it has
+    # drafted, to the answer's end.
+    prompt, answer = [9, 3, 4], [3, 4, 3, 4, 3, 4, 3]
+    assert span_lengths([prompt], answer, 8, 1) == [0, 2, 2, 4, 3, 2, 1]
+    assert span_lengths([prompt], answer, 8, 1, run_on=True) == [0, 6, 5, 4, 3, 2, 1]
+    assert span_lengths([prompt], answer, 3, 1, run_on=True) == [0, 3, 3, 3, 3, 2, 1]
+    # Memory is never run on: another answer's end is not followed by this one's drafts.
+    # (after 3, the memory's "3 4" gives one token, and its end stops the copy there).
+    assert span_lengths([[3, 4], [9]], [3, 4, 3, 4], 8, 1, run_on=True)[1] == 1
+    b = prompt_bounds(prompt, answer, [], COSTS, 4)
+    assert b["run_on"] > b["match"]
+
+
+def test_bounds_are_set_on_the_measured_scale_keeping_their_shares():
+    from fewerpasses.ceiling.text_bounds import measured_ceilings, on_measured_scale
+
+    def run(c, b):
+        return {"candidate": {"decode_tps": c}, "baseline": {"decode_tps": b}}
+
+    cell = {"per_prompt": [{"prompt_id": "a", "runs": [run(30, 10), run(20, 10), run(33, 10)]}]}
+    assert measured_ceilings(cell) == {"a": pytest.approx(3.0)}
+    modelled = {"ceiling": 2.5, "match": 1.25, "copy": 2.0}
+    scaled = on_measured_scale(modelled, 3.0)
+    assert scaled["ceiling"] == pytest.approx(3.0) and scaled["ceiling_modelled"] == 2.5
+    assert scaled["match"] / scaled["ceiling"] == pytest.approx(0.5) and scaled["scale"] == pytest.approx(1.2)
+    unscaled = on_measured_scale(modelled, None)
+    assert unscaled["ceiling"] == 2.5 and unscaled["scale"] != unscaled["scale"]
 
 
 @pytest.fixture(scope="module")
@@ -88,11 +122,24 @@ def tiny(tmp_path_factory):
 def test_a_runs_bounds_and_their_table(tiny, repo, tmp_path):
     prompts = repo / "config/prompts/stdlib_code.yaml"
     ref = reference_outputs(tiny, prompts, 16, "tiny")
-    ceiling = {"target": "tiny", "num_draft": 4, "max_tokens": 16, "verify_costs": COSTS, "environment": {}}
+    ids = [o["prompt_id"] for o in ref["outputs"]]
+    # A measured ceiling of 2.0x on every prompt (each run's decode speedup).
+    runs = [{"candidate": {"decode_tps": 20.0}, "baseline": {"decode_tps": 10.0}}]
+    ceiling = {
+        "target": "tiny",
+        "num_draft": 4,
+        "max_tokens": 16,
+        "verify_costs": COSTS,
+        "environment": {},
+        "per_prompt": [{"prompt_id": i, "runs": runs} for i in ids],
+    }
     out = text_bounds(tiny, ref, prompts, ceiling)
-    assert [p["prompt_id"] for p in out["per_prompt"]] == [o["prompt_id"] for o in ref["outputs"]]
+    assert [p["prompt_id"] for p in out["per_prompt"]] == ids
     for p in out["per_prompt"]:
-        assert 1.0 <= p["match"] <= p["copy"] <= p["ceiling"] + 1e-9
+        assert p["ceiling"] == pytest.approx(2.0) and p["ceiling_modelled"] > 1.0
+        assert p["match"] <= p["copy"] <= p["ceiling"] + 1e-9 and p["match"] <= p["run_on"] <= p["ceiling"] + 1e-9
+        # The same shares as on the modelled scale: a plain step's 1.0 is scaled too.
+        assert p["match"] >= p["scale"] - 1e-9
     path = tmp_path / "bounds.json"
     path.write_text(json.dumps(out))
     frame = bounds_frame([path])
@@ -104,7 +151,8 @@ def test_a_runs_bounds_and_their_table(tiny, repo, tmp_path):
         ["prompt lookup", "suffix drafting"],
     )
     table = bounds_table(frame, measured)
-    assert "copy bound, memory" in table and "geometric mean over categories" in table
+    assert "copy bound, memory" in table and "run-on bound" in table and "geometric mean over categories" in table
+    assert "one unbroken run of the text" in table  # the bounds' reach, said where they are shown
     assert "1.10x (40%), prompt lookup (best)" in table
 
 

@@ -10,29 +10,49 @@ answer found there, and the bounds ask how long that span can be at each positio
   the text, as if the drafter knew where to look;
 - the match bound: the longest that follows an earlier occurrence of the last token so far,
   the choice among those occurrences made perfectly. Every drafter that continues an earlier
-  occurrence of its context (a suffix match of one token or more) keeps no more per round.
+  occurrence of its context (a suffix match of one token or more) keeps no more per round;
+- the run-on bound: the match bound where a copy may run on into its own drafts (a copy of
+  the last few tokens repeats them: "a b a b" drafts "a b a b ..."), as prompt lookup with
+  `run_on` does and llama.cpp's n-gram lookup, which matches again on its own drafts.
+
+Their reach: drafts that are one unbroken run of the text (for the run-on bound, of the text
+and the drafts before them), at most `num_draft` of them a round, verified one chain a
+round on prompt lookup's loop. A drafter outside that (chaining short n-grams from several
+places, draft trees, another loop) can keep more than these bounds allow.
 
 Each bound is then the cheapest way to emit the answer with rounds that keep at most that
 much (`least_cost`), priced as a cell's replayed speedup prices its rounds
 (measure.costs.replayed_speedup): a round of d drafts costs one synchronous verify pass of d +
 1 tokens (and leaving the pipeline, after a plain step), a token without a draft one plain
 step. A refused draft only adds cost, so no such drafter beats its bound; the ceiling is the
-same sum with every span unbounded, so all three share one scale and a bound's share of the
+same sum with every span unbounded, so they share one scale and a bound's share of the
 ceiling is the most a drafter from the text can reach of it on this machine.
+
+The sums count the answer's tokens after the first, as a cell's decode speedup does (the
+first comes from the prompt's pass). The modelled scale (one verify curve, at one context)
+is then set to the measured one: every bound of a prompt is multiplied by that prompt's
+measured ceiling over its modelled ceiling (`scale`), so the ceiling equals the ceiling
+cell's measured speedup and each bound keeps its share of it, and a measured row can be read
+against its bound on the scale it was measured on.
 """
 
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-# The bounds, by the context a span must follow: none (copy), the last token (match).
-BOUNDS: Dict[str, int] = {"copy": 0, "match": 1}
+# The bounds: the context a span must follow (none: copy; the last token: match), and whether
+# a copy may run on into its own drafts.
+BOUNDS: Dict[str, Tuple[int, bool]] = {"copy": (0, False), "match": (1, False), "run_on": (1, True)}
 
 
-def span_lengths(sources: Sequence[Sequence[int]], answer: Sequence[int], limit: int, context: int) -> List[int]:
+def span_lengths(
+    sources: Sequence[Sequence[int]], answer: Sequence[int], limit: int, context: int, run_on: bool = False
+) -> List[int]:
     """For each position i of `answer`, the longest span answer[i:i + l] (l <= limit) found at
     a position of a text whose `context` tokens before it equal the last `context` tokens so
     far. The texts: each source alone (memory), and the last source (the prompt) followed by
-    answer[:i]; a span must lie within a text as it stands, since a drafter cannot read ahead."""
+    answer[:i]; a span must lie within a text as it stands, since a drafter cannot read ahead,
+    except that with `run_on` a copy from the prompt and answer may run on into the span's own
+    tokens (once drafted and kept, they are the text that follows)."""
     answer = [int(t) for t in answer]
     texts = [[int(t) for t in s] for s in sources] or [[]]
     history = texts[-1]
@@ -53,9 +73,19 @@ def span_lengths(sources: Sequence[Sequence[int]], answer: Sequence[int], limit:
         if len(history) >= context:
             k = tuple(history[len(history) - context :]) + (token,)
             for text, w in zip(texts, where):
+                own = run_on and text is history
                 for j in w.get(k, ()):
                     n = 0
-                    while n < limit and i + n < len(answer) and j + n < len(text) and text[j + n] == answer[i + n]:
+                    while n < limit and i + n < len(answer):
+                        p = j + n
+                        if p < len(text):
+                            token_there = text[p]
+                        elif own:  # the copy runs on into its own drafts: answer[i:] as drafted
+                            token_there = answer[i + p - len(text)]
+                        else:
+                            break
+                        if token_there != answer[i + n]:
+                            break
                         n += 1
                     best = max(best, n)
                     if best == limit:
@@ -102,25 +132,51 @@ def bound_speedup(lengths: Sequence[int], verify: Dict[int, float], plain: float
 def prompt_bounds(
     prompt: Sequence[int], answer: Sequence[int], memory: Sequence[Sequence[int]], costs: Dict, limit: int
 ) -> Dict[str, float]:
-    """One prompt's ceiling and bounds at a cell's `verify_costs`, each bound without memory
-    (`copy`, `match`) and with it (`copy_memory`, `match_memory`)."""
+    """One prompt's modelled ceiling and bounds at a cell's `verify_costs`, each bound without
+    memory (`copy`, `match`, `run_on`) and with it (`copy_memory`, ...), over the answer's
+    tokens after the first (the decode speedup's; the spans are found with the first in the
+    history)."""
     verify = {int(k): v for k, v in costs["seconds"].items()}
     plain = costs["plain_token_seconds"]
     restart = max(0.0, verify[1] - plain)
 
     def speedup(lengths):
-        return bound_speedup(lengths, verify, plain, restart, limit)
+        return bound_speedup(lengths[1:], verify, plain, restart, limit)
 
     out = {"ceiling": speedup([limit] * len(answer))}
-    for name, context in BOUNDS.items():
-        out[name] = speedup(span_lengths([prompt], answer, limit, context))
-        out[f"{name}_memory"] = speedup(span_lengths([*memory, prompt], answer, limit, context))
+    for name, (context, run_on) in BOUNDS.items():
+        out[name] = speedup(span_lengths([prompt], answer, limit, context, run_on))
+        out[f"{name}_memory"] = speedup(span_lengths([*memory, prompt], answer, limit, context, run_on))
     return out
+
+
+def measured_ceilings(ceiling: Dict) -> Dict[str, float]:
+    """Each prompt's measured ceiling in a ceiling cell: the median over its repeats of the
+    paired decode speedups (the cell's own measure)."""
+    import statistics
+
+    out = {}
+    for pp in ceiling.get("per_prompt") or []:
+        ratios = [r["candidate"]["decode_tps"] / r["baseline"]["decode_tps"] for r in pp.get("runs", [])]
+        if ratios:
+            out[pp["prompt_id"]] = statistics.median(ratios)
+    return out
+
+
+def on_measured_scale(bounds: Dict[str, float], measured: Optional[float]) -> Dict[str, float]:
+    """A prompt's bounds with the modelled ceiling set to the measured one: each multiplied by
+    measured over modelled, so shares of the ceiling are kept. Without a measurement (a
+    ceiling cell that records no prompts) they stay on the modelled scale (`scale` NaN)."""
+    modelled = bounds["ceiling"]
+    if measured is None or not modelled or modelled != modelled:
+        return {**bounds, "ceiling_modelled": modelled, "scale": float("nan")}
+    scale = measured / modelled
+    return {**{k: v * scale for k, v in bounds.items()}, "ceiling_modelled": modelled, "scale": scale}
 
 
 def text_bounds(model_path, reference: Dict, prompt_set_path, ceiling: Dict) -> Dict:
     """The bounds of every prompt of a ceiling cell's run, at that cell's measured verify curve
-    and plain token and its draft length. With memory, a prompt's text also holds the reference
+    and plain token and its draft length, on the scale of its measured speedups. With memory, a prompt's text also holds the reference
     answers to the prompts before it in the set, as suffix drafting's `memory: set` holds the
     answers it made to them (suffix/cell.py)."""
     from ..core.models import tokenizer_of
@@ -135,10 +191,13 @@ def text_bounds(model_path, reference: Dict, prompt_set_path, ceiling: Dict) -> 
     prompts = encoded_prompts(tokenizer, prompt_set_path, stored_answers(reference, unknown), {})
     answers = reference_tokens(prompts, reference, ceiling["max_tokens"])
     limit = int(ceiling["num_draft"])
+    measured = measured_ceilings(ceiling)
     per_prompt, earlier = [], []
     for p in prompts:
         answer = answers[p["id"]]
-        bounds = prompt_bounds(p["tokens"], answer, earlier, ceiling["verify_costs"], limit)
+        bounds = on_measured_scale(
+            prompt_bounds(p["tokens"], answer, earlier, ceiling["verify_costs"], limit), measured.get(p["id"])
+        )
         per_prompt.append(
             {"prompt_id": p["id"], "category": p.get("category") or "-", "answer_tokens": len(answer), **bounds}
         )
