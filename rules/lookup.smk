@@ -1,16 +1,17 @@
-# Prompt lookup: one cell per (model, longest n-gram, draft length); drafts are copied from
-# the prompt and the output so far, so no weights are read to draft.
+# Prompt lookup: one cell per (model, longest n-gram, draft length, run-on); drafts are copied
+# from the prompt and the output so far, so no weights are read to draft. A run-on cell's file
+# ends in _runon (its copies may run on into their own drafts).
 
 
 rule lookup_cell:
     input:
         unpack(cell_inputs("lookup")),
     output:
-        "results/lookup/{model}/ngram{max_ngram}_draft{draft}.json",
+        "results/lookup/{model}/ngram{max_ngram}_draft{draft}{run_on}.json",
     log:
-        "logs/lookup/{model}/ngram{max_ngram}_draft{draft}.log",
+        "logs/lookup/{model}/ngram{max_ngram}_draft{draft}{run_on}.log",
     benchmark:
-        "benchmarks/lookup/{model}/ngram{max_ngram}_draft{draft}.tsv"
+        "benchmarks/lookup/{model}/ngram{max_ngram}_draft{draft}{run_on}.tsv"
     conda:
         "../envs/fewerpasses.yaml"
     resources:

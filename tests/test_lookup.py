@@ -41,6 +41,38 @@ def test_continuation_takes_the_longest_most_recent_match():
     assert short.continuation(8) == [5, 6]
 
 
+def test_a_run_on_copy_continues_into_its_own_drafts():
+    policy = DraftPolicy(num_draft=8, max_ngram=2, min_ngram=2, run_on=True)
+    # (5, 6) last followed at 0..1 by 5 6, the end of the history: the copy repeats itself.
+    assert NgramIndex([5, 6, 5, 6], policy).continuation(7) == [5, 6, 5, 6, 5, 6, 5]
+    # A copy that ends before the history does is unchanged.
+    assert NgramIndex([1, 2, 3, 4, 1, 2], policy).continuation(3) == [3, 4, 1]
+    assert NgramIndex([1, 2, 3, 1, 2], policy).continuation(5) == [3, 1, 2, 3, 1]
+
+
+def test_the_grid_adds_run_on_cells_beside_the_copies():
+    config = {"lookup": {"models": ["a"], "max_ngrams": [4], "draft_lengths": [0, 8], "run_on": [False, True]}}
+    cells = {(c["draft"], c["run_on"]) for c in lookup_grid(config)}
+    assert cells == {("0", ""), ("8", ""), ("8", "_runon")}
+
+    def cell(run_on, speedup):
+        return {
+            "num_draft": 8,
+            "min_ngram": 3,
+            "max_ngram": 4,
+            "speedup": speedup,
+            "cost_gate": False,
+            "run_on": run_on,
+        }
+
+    rows = lookup_rows("a", [cell(False, 1.1), cell(True, 1.2)])
+    assert [(name, c["run_on"]) for name, _, c in rows] == [
+        ("prompt lookup (best)", False),
+        ("prompt lookup, run-on (best)", True),
+    ]
+    assert rows[1][1].endswith(", run-on") and policy_of(rows[1][2]).run_on
+
+
 def test_no_draft_below_min_ngram():
     idx = NgramIndex([1, 2, 3, 1], DraftPolicy(num_draft=4, max_ngram=3, min_ngram=2))
     assert idx.continuation(4) == []  # only the 1-gram (1,) matches
@@ -81,6 +113,8 @@ PROMPTS = [
         DraftPolicy(num_draft=4, max_ngram=3, min_ngram=1, adaptive=True, verify_cost=(1.0, 1.05, 1.1, 1.15, 1.2)),
         # No drafts: the loop's own plain decoding (its floor cell).
         DraftPolicy(num_draft=0, max_ngram=3, min_ngram=1),
+        # Copies that run on into their own drafts.
+        DraftPolicy(num_draft=8, max_ngram=3, min_ngram=1, run_on=True),
     ],
 )
 @pytest.mark.parametrize("max_tokens", [1, 2, 7, 40])

@@ -13,7 +13,13 @@ from .loop import lookup_stream
 
 def policy_of(cell: Dict) -> DraftPolicy:
     """The drafting policy a finished cell ran, gated by its recorded costs where it had the gate."""
-    policy = DraftPolicy(cell["num_draft"], cell["max_ngram"], cell["min_ngram"], cell.get("adaptive", False))
+    policy = DraftPolicy(
+        cell["num_draft"],
+        cell["max_ngram"],
+        cell["min_ngram"],
+        cell.get("adaptive", False),
+        run_on=cell.get("run_on", False),
+    )
     return gated(policy, costs_of(cell["verify_costs"])) if cell.get("cost_gate") else policy
 
 
@@ -56,10 +62,13 @@ def lookup_cell(
     warmup: int,
     cost_gate: bool = False,
     cost_repeats: int = 5,
+    run_on: bool = False,
 ) -> Dict:
     """Run one prompt-lookup cell and return its JSON (measure.results), with the verify costs
     it measured (`verify_costs`) and the speedup its rounds predict at them (`replayed_speedup`)."""
-    policy = DraftPolicy(num_draft=num_draft, max_ngram=max_ngram, min_ngram=min_ngram, adaptive=adaptive)
+    policy = DraftPolicy(
+        num_draft=num_draft, max_ngram=max_ngram, min_ngram=min_ngram, adaptive=adaptive, run_on=run_on
+    )
     settings = {
         "technique": "lookup",
         "target": model_name,
@@ -70,6 +79,7 @@ def lookup_cell(
         "min_ngram": min_ngram,
         "adaptive": adaptive,
         "cost_gate": cost_gate,
+        "run_on": run_on,
         "max_tokens": max_tokens,
         "repeats": repeats,
         "warmup": warmup,

@@ -35,6 +35,9 @@ class DraftPolicy:
     acceptance: how the gate estimates the chance a drafted token is kept: "recent", one rate
       from recent drafts (`AcceptanceEstimate`); "by_match", one per length of the match the
       token follows (`MatchAcceptance`), for an index that reports its match.
+    run_on: a copy that reaches the end of the history runs on into its own drafts (the
+      n-gram index's `continuation`), as llama.cpp's n-gram lookup matches again on its drafts:
+      after "a b a b" a match of "a b" drafts "a b a b ..." instead of stopping at the end.
     """
 
     num_draft: int
@@ -46,6 +49,7 @@ class DraftPolicy:
     branches: int = 1
     tree_cost: Optional[Tuple[float, ...]] = None
     acceptance: str = "recent"
+    run_on: bool = False
 
     def __post_init__(self):
         if self.num_draft < 0:
@@ -211,12 +215,18 @@ class NgramIndex:
 
     def continuation(self, limit: int) -> List[int]:
         """Up to `limit` tokens that followed the longest (n from max_ngram down to min_ngram)
-        most recent earlier occurrence of the history's last n tokens; [] without a match."""
+        most recent earlier occurrence of the history's last n tokens; [] without a match.
+        With `run_on`, a copy that reaches the end of the history goes on with its own drafts
+        (position p past the end is the draft at p minus the history's length)."""
         toks = self.tokens
         for n in range(self.policy.max_ngram, self.policy.min_ngram - 1, -1):
             if len(toks) < n:
                 continue
             start = self._next[n].get(tuple(toks[len(toks) - n :]))
             if start is not None:
-                return toks[start : start + limit]
+                out = toks[start : start + limit]
+                if self.policy.run_on:
+                    while len(out) < limit:
+                        out.append(out[start + len(out) - len(toks)])
+                return out
         return []
