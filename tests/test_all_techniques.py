@@ -166,6 +166,25 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
     assert (answers.e2e_tps > 0).all() and (d / "results/plots/techniques_by_length.png").stat().st_size > 0
 
 
+def test_no_measured_row_from_the_text_stands_above_its_bound(run):
+    """The bounds on the measured scale: each prompt's ceiling is the ceiling cell's measured
+    speedup there, and no drafter from the text reads above its own bound."""
+    from fewerpasses.ceiling.text_bounds import measured_ceilings
+    from fewerpasses.report.text_bounds import above_bounds, bounds_frame, from_text
+
+    d, _ = run
+    bounds = json.loads((d / "results/text_bounds/tiny/draft4.json").read_text())
+    measured = measured_ceilings(json.loads((d / "results/ceiling/tiny/draft4.json").read_text()))
+    for p in bounds["per_prompt"]:
+        assert p["ceiling"] == pytest.approx(measured[p["prompt_id"]])
+        assert p["match"] <= p["run_on"] <= p["ceiling"] + 1e-9 and p["match"] <= p["copy"] <= p["ceiling"] + 1e-9
+    frame = bounds_frame([d / "results/text_bounds/tiny/draft4.json"])
+    by_category = pd.read_csv(d / "results/tables/techniques_by_category.csv")
+    rows = from_text(by_category, ["prompt lookup", "suffix drafting"])
+    assert not rows.empty
+    assert above_bounds(frame, rows).empty, above_bounds(frame, rows)
+
+
 def test_every_cell_carries_the_contract(run):
     d, _ = run
     # Each technique's cells in its own folder, named as it is; the A/A runs in noise/.

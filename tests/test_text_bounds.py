@@ -4,6 +4,8 @@ real drafters never beat and the ceiling always does, and their table."""
 
 import json
 
+import pandas as pd
+
 import pytest
 
 from fewerpasses.ceiling.text_bounds import bound_speedup, least_cost, prompt_bounds, span_lengths, text_bounds
@@ -186,3 +188,38 @@ def test_acceptance_by_match_needs_an_index_that_reports_its_match(tiny):
     model, _ = load(tiny)
     with pytest.raises(ValueError, match="by_match needs an index"):
         list(lookup_stream(model, mx.array([1, 2, 3], dtype=mx.uint32), 4, policy))
+
+
+def test_a_row_above_its_own_bound_is_found():
+    from fewerpasses.report.text_bounds import above_bounds, bound_of
+
+    assert bound_of("prompt lookup (best)", "n-gram 3-4, k<=8, cost-gated") == "match"
+    assert bound_of("prompt lookup, run-on (best)", "n-gram 3-4, k<=8, cost-gated, run-on") == "run_on"
+    assert bound_of("suffix drafting, memory (best)", "suffix trie, k<=8, with memory across prompts") == "match_memory"
+    assert (
+        bound_of("suffix drafting, trees (best)", "suffix trie, k<=8, trees of 2 branches, prompt and output only")
+        is None
+    )
+    frame = pd.DataFrame(
+        [{"target": "m", "num_draft": 8, "category": "qa", "match": 1.2, "run_on": 1.5, "match_memory": 1.3}]
+    )
+
+    def row(technique, config, speedup, low):
+        return {
+            "target": "m",
+            "category": "qa",
+            "technique": technique,
+            "config": config,
+            "speedup": speedup,
+            "speedup_ci_low": low,
+        }
+
+    measured = pd.DataFrame(
+        [
+            row("prompt lookup (best)", "n-gram 3-4, k<=8", 1.3, 1.25),  # above its match bound
+            row("prompt lookup, run-on (best)", "k<=8, run-on", 1.3, 1.25),  # under the run-on bound
+            row("suffix drafting (best)", "suffix trie, prompt and output only", 1.25, 1.1),  # within noise
+        ]
+    )
+    found = above_bounds(frame, measured)
+    assert found.technique.tolist() == ["prompt lookup (best)"] and found.bound.tolist() == ["match"]

@@ -65,6 +65,35 @@ def from_text(by_category: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:
     return by_category[keep & (by_category.category != ALL_PROMPTS)]
 
 
+def bound_of(technique: str, config: str) -> Optional[str]:
+    """The bound that covers a measured row from the text: run-on copies the run-on bound,
+    the others the match bound, each with memory where the row drafts from earlier answers; a
+    row verifying draft trees none (outside the bounds' reach)."""
+    if "trees of" in config:
+        return None
+    name = "run_on" if "run-on" in config or "run-on" in technique else "match"
+    return name + ("_memory" if "memory across prompts" in config else "")
+
+
+def above_bounds(frame: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """The measured rows from the text (by category) that stand above their own bound on the
+    same scale: the lower end of their speedup's interval above it. The bound is the target's
+    at the ceiling's longest draft length, the reach of rows drafting at most that many."""
+    out = []
+    for _, r in measured.iterrows():
+        name = bound_of(str(r.technique), str(r.config))
+        b = frame[(frame.target == r.target) & (frame.category == r.category)]
+        if name is None or b.empty or name not in b:
+            continue
+        bound = b.sort_values("num_draft").iloc[-1][name]
+        low = r.speedup_ci_low if "speedup_ci_low" in r and pd.notna(r.speedup_ci_low) else r.speedup
+        if low > bound:
+            out.append(
+                {**r[["target", "category", "technique", "config", "speedup"]].to_dict(), "bound": name, "value": bound}
+            )
+    return pd.DataFrame(out, columns=["target", "category", "technique", "config", "speedup", "bound", "value"])
+
+
 def _best(rows: pd.DataFrame) -> str:
     """The row with the largest speedup, as "speedup (share of ceiling), technique"."""
     x = rows.loc[rows.speedup.idxmax()]
