@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from fewerpasses.core.models import load
-from fewerpasses.head.cell import draft_costs, first_kept, head_stream, loads
+from fewerpasses.core.stats import first_kept
+from fewerpasses.head.cell import draft_costs, head_stream, loads
 from fewerpasses.head.check import check_head, link_head
 from fewerpasses.head.model import DraftHead, HeadConfig, HeadFormatError, load_head, read_checkpoint, save_head
 from fewerpasses.head.target import HeadedTarget

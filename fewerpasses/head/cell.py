@@ -16,6 +16,7 @@ from ..lookup.cell import costs_of, gated, run_drafting_cell
 from ..lookup.draft import DraftPolicy
 from ..lookup.loop import lookup_stream
 from ..measure.cell import Loads
+from ..core.stats import first_kept
 from ..measure.costs import draft_seconds
 from .draft import HeadDrafter
 from .model import load_head
@@ -40,14 +41,6 @@ def head_stream(headed: HeadedTarget, max_tokens: int, policy: DraftPolicy, min_
 def draft_costs(headed: HeadedTarget, context: Sequence[int], ks: Sequence[int], repeats: int) -> Dict[int, float]:
     """Seconds for the head to draft k tokens (every step, no early stop) after `context`."""
     return draft_seconds(headed, context, ks, repeats, lambda tokens: HeadDrafter(headed, tokens, min_prob=0.0))
-
-
-def first_kept(rounds: List[Dict]) -> float:
-    """The share of drafting rounds whose first drafted token was kept, from a cell's `rounds`
-    (passes by drafted and kept tokens, measure.protocol.round_counts)."""
-    drafted = sum(r["passes"] for r in rounds if r["drafted"])
-    kept = sum(r["passes"] for r in rounds if r["drafted"] and r["accepted"])
-    return kept / drafted if drafted else float("nan")
 
 
 def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:

@@ -7,7 +7,7 @@ beside it. The cell records how many rounds each source won (`chosen`)."""
 from pathlib import Path
 from typing import Dict, Sequence, Tuple
 
-from ..head.cell import first_kept
+from ..core.stats import first_kept
 from ..head.draft import HeadDrafter
 from ..head.model import load_head
 from ..head.target import HeadedTarget

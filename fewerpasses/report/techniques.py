@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 
 import pandas as pd
 
+from ..core.stats import first_kept
 from ..techniques import REGISTRY, chosen_rows
 from .tables import lossless_text, real_divergences
 
@@ -39,6 +40,9 @@ COLUMNS = [
     "token_agreement",
     "draft_share",
     "replayed_speedup",
+    "replayed_without_draft_cost",
+    "replayed_flat_verify",
+    "first_kept",
     "ceiling_share",
 ]
 
@@ -66,6 +70,12 @@ def _row(target, technique, config, cell, quality, extra_gb=0.0, draft="-", basi
         # time, and the speedup its rounds predict at the measured verify costs.
         "draft_share": cell.get("draft_share"),
         "replayed_speedup": cell.get("replayed_speedup"),
+        # Which term holds it back: the same rounds replayed without the drafter's own cost, and
+        # with verify passes as cheap as a plain token (lookup.cell.run_drafting_cell); and how
+        # often the first drafted token was kept (acceptance, as a round's first try).
+        "replayed_without_draft_cost": (cell.get("replayed_terms") or {}).get("without_draft_cost"),
+        "replayed_flat_verify": (cell.get("replayed_terms") or {}).get("flat_verify"),
+        "first_kept": first_kept(cell["rounds"]) if cell.get("rounds") else None,
         # Its speedup over the perfect-draft ceiling's for the same target (filled by compare).
         "ceiling_share": float("nan"),
         # For a technique on prompt lookup's loop: the loop's own factor and the drafts' (filled
@@ -410,7 +420,16 @@ def write_comparison(
     show["ceiling_share"] = ["-" if pd.isna(x) else f"{x:.0%}" for x in df.ceiling_share]
     for factor in ("loop_factor", "drafts_factor"):
         show[factor] = ["-" if pd.isna(x) else f"{x:.2f}x" for x in df[factor]]
-    show = show.drop(columns=["token_agreement", "draft_share", "replayed_speedup"])
+    show = show.drop(
+        columns=[
+            "token_agreement",
+            "draft_share",
+            "replayed_speedup",
+            "replayed_without_draft_cost",
+            "replayed_flat_verify",
+            "first_kept",
+        ]
+    )
     show = show.drop(columns=["speedup_ci_low", "speedup_ci_high"])
     write_text(md_path, show.to_markdown(index=False, floatfmt=".3g") + "\n")
     per_prompt = per_prompt_frame(rows)
