@@ -1,7 +1,9 @@
-# RESULTS.md: this run's tables, with the command, commit, date, versions and machine that
-# made them (`snakemake --cores 1 results`, after the run and with its --configfile). The rule
+# RESULTS.md: this run's section, with the command, commit, date, prompts, versions and machine
+# that made it (`snakemake --cores 1 results`, after the run and with its --configfile). The rule
 # writes the run's section to results/sections/<run>.md and merges it into RESULTS.md: the
-# sections of other runs already there are kept; re-measuring a run replaces its own.
+# sections of other runs already there are kept; re-measuring a run replaces its own. The run's
+# full tables go, as CSVs, to results_tables/<run>/ beside RESULTS.md (committed with it: the
+# section links them), replacing that run's folder and no other.
 
 
 rule results:
@@ -17,5 +19,6 @@ rule results:
         run=results_run_name(),
         command=results_command(),
         results_file=str(Path(workflow.basedir) / "RESULTS.md"),
+        tables=str(Path(workflow.basedir) / "results_tables"),
     script:
         "../scripts/results_file.py"

@@ -11,4 +11,5 @@ write_results(
     "results",
     snakemake.input.cells,
     section_path=snakemake.output[0],
+    tables_dir=snakemake.params.tables,
 )

@@ -379,6 +379,10 @@ def test_results_file_is_written_by_one_command(run):
     # The run is named by its config file, and its section says how to make it again.
     assert "## Run: test" in text and "`snakemake --cores 1 --configfile config/test.yaml`" in text
     assert "| commit |" in text and "| BLAS |" in text and "Every technique against plain decoding" in text
-    assert "Layer skipping: the sweep's summary" in text and "noise floor (A/A)" in text
+    # Read at a glance (results_file.check_section), its full tables beside the file.
+    from fewerpasses.report.results_file import check_section, sections
+
+    assert check_section(sections(text)["test"]) == [] and "(A/A: plain against plain)" in text
+    assert (d / "results_tables/test/techniques.csv").is_file() and "results_tables/test/techniques.csv" in text
     # Up to date: nothing to do until a table changes.
     assert planned_jobs(d, "results") == {}
