@@ -677,3 +677,17 @@ def test_the_full_tables_folder_is_not_ignored_by_git():
     probe = f"{rf.TABLES_DIR}/default/techniques.csv"
     ignored = subprocess.run(["git", "check-ignore", "-q", probe], cwd=ROOT)
     assert ignored.returncode == 1
+
+
+def test_a_label_is_one_column_across_targets_and_the_rest_named_in_the_csvs():
+    _, by_category, by_context, _ = study_run()
+    # Each target's own best prompt lookup (another n-gram range on one): still one column.
+    other = (by_category.target == "llama3.1-8b-4bit") & (by_category.technique == "prompt lookup (best)")
+    by_category.loc[other, "config"] = "n-gram 2-4, k<=8, cost-gated"
+    lines, notes = rf.axis_table(by_category, None)
+    head = compact.split_row(lines[0])
+    assert head[:2] == ["category", "target"] and head.count("prompt lookup") == 1 and len(head) == 9
+    # Two diffusion settings on one target: a column each, named by its config.
+    assert "diffusion (block 16, threshold 0.8)" in " ".join(notes + head)
+    # The rows that did not fit are named: plain's A/A run goes first.
+    assert any(n.startswith("in the CSVs only: plain (A/A)") for n in notes)

@@ -670,29 +670,24 @@ def techniques_table(frame: pd.DataFrame) -> Tuple[List[str], List[str]]:
             _lossless(r),
         ]
         rows.append(row + [speedup(r.get(c)) for c, _ in extra])
-    lines, notes = compact.render(heads + [h for _, h in extra], rows, keep=0)
-    if extra:
-        notes = notes + [
-            "loop: the drafting loop without drafts against mlx-lm's generate_step; drafts: speedup ÷ loop"
-        ]
-    return lines, notes
+    return compact.render(heads + [h for _, h in extra], rows, keep=0)
 
 
 def _columns(frames: Sequence[pd.DataFrame], room: int) -> List[Tuple[str, str, str]]:
-    """The comparison rows that become columns of an axis table, as (technique, config,
-    heading), in the comparison's order: at most `room`; where more rows than that, the
+    """The comparison rows that become columns of an axis table, as (technique, config or
+    None where the label alone names the row, heading), in the comparison's order: at most `room`; where more rows than that, the
     bound and the fastest rows overall stay (plain's A/A last: it is the noise floor)."""
     both = pd.concat([f for f in frames if f is not None], ignore_index=True)
-    pairs = list(dict.fromkeys(zip(both.technique.astype(str), both.config.astype(str))))
-    labels = [t for t, _ in pairs]
-    # A label that names several configs (diffusion's settings) gets its config in the heading.
-    cols = [(t, c, _short(t) if labels.count(t) == 1 else f"{_short(t)} ({c})") for t, c in pairs]
-    # Several targets: the same label is one column (each target's own best).
+    both = both.assign(technique=both.technique.astype(str), config=both.config.astype(str))
+    # A label with several configs in one target (diffusion's settings) gets its config in the
+    # heading; elsewhere a label is one column, each target's own row (its best, say).
+    several = set(both.groupby(["target", "technique"]).config.nunique().loc[lambda n: n > 1].index.get_level_values(1))
     seen, out = set(), []
-    for t, c, h in cols:
+    for t, c in dict.fromkeys(zip(both.technique, both.config)):
+        h = f"{_short(t)} ({c})" if t in several else _short(t)
         if h not in seen:
             seen.add(h)
-            out.append((t, c, h))
+            out.append((t, c if t in several else None, h))
     if len(out) <= room:
         return out
     mean = both.groupby(["technique"]).speedup.apply(lambda s: compact.geomean(s.astype(float)))
@@ -738,9 +733,9 @@ def axis_table(
                     name = f"context {v}" if (by == "context" and both) else str(v)
                     row = [name] + ([str(t)] if multi else [])
                     for tech, config, _ in cols:
-                        x = here[(here.technique.astype(str) == tech) & (here.config.astype(str) == config)]
-                        if x.empty:
-                            x = here[here.technique.astype(str) == tech] if multi else x
+                        x = here[here.technique.astype(str) == tech]
+                        if config is not None:
+                            x = x[x.config.astype(str) == config]
                         if x.empty:
                             row.append("-")
                             continue
@@ -759,9 +754,9 @@ def axis_table(
     if max(len(x) for x in lines) > compact.MAX_LINE:
         lines, notes = render(False)
         notes = notes + ["intervals in the CSVs"]
-    left = len(_columns(frames, 10**6)) - len(cols)
+    left = [h for _, _, h in _columns(frames, 10**6) if h not in {x for _, _, x in cols}]
     if left:
-        notes = notes + [f"{left} more rows in the CSVs"]
+        notes = notes + ["in the CSVs only: " + ", ".join(left)]
     return lines, notes
 
 
