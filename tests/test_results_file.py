@@ -660,6 +660,13 @@ def test_the_costs_rows_give_the_verify_curve_memory_and_drift():
     )
     assert rows["memory plan"].startswith("+0.5% of the measured peak")
     assert rows["plain decoding over the run"].startswith("smollm2 18.0 → 17.3 tok/s over 7 min")
+    # Many curves (targets by contexts): a few in the header, the rest counted.
+    many = [cell("lookup", f"m{i}", i, 4, ["qa"], verify_costs=verify_costs(context=64 * (i + 1))) for i in range(5)]
+    rows = rf.costs(many)
+    assert [k for k, _ in rows].count("verify curve, m0") == 1 and (
+        "verify curves",
+        "3 more, by target and context, in the CSV",
+    ) in rows
     for c in cells:
         c["baseline_tps"] = 18.0 if c["started_at"] < 1_796_145_000 else 12.0
     assert "beyond ±10%" in dict(rf.costs(cells))["plain decoding over the run"]

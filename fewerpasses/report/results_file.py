@@ -66,6 +66,8 @@ CELL_TABLES = (
     ("draft trees", "draft_trees.csv"),
 )
 MAX_SECTION_LINES = 80
+# The verify curves the header shows at most.
+MAX_CURVES = 3
 MAX_SUMMARY_LINES = 3
 OVERALL = "overall"
 
@@ -349,12 +351,17 @@ def costs(cells: List[Dict]) -> List[Tuple[str, str]]:
         rows.append(("plain decoding over the run", _fit(parts, 170, more="and {} more targets")))
     verify = verify_frame(cells)
     groups = list(verify.groupby(["target", "context"], sort=False))
-    for i, ((target, context), g) in enumerate(groups):
+    # A few curves in the header; a run that measured many (targets by contexts) lists the
+    # rest in its CSV.
+    shown = groups if len(groups) <= MAX_CURVES else groups[: MAX_CURVES - 1]
+    for (target, context), g in shown:
         name = f"verify curve, {target}"
         head = f"at context {context}, a plain token {g.plain_token_ms.iloc[0]:.1f} ms; a pass of k tokens, in plain tokens: "
         room = compact.MAX_LINE - len(f"| {name} |  |") - len(head)
         points = [f"{k}: {x:.2f}" for k, x in zip(g.k, g.pass_in_plain_tokens)]
         rows.append((name, head + _fit(points, room, sep=", ", more="… ({} more)")))
+    if len(shown) < len(groups):
+        rows.append(("verify curves", f"{len(groups) - len(shown)} more, by target and context, in the CSV"))
     memory = memory_frame(cells)
     if len(memory):
         lo, hi = memory.plan_against_peak.min(), memory.plan_against_peak.max()
