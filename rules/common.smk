@@ -253,7 +253,9 @@ def from_text_labels():
 
 def get_noise_files(wildcards=None):
     """Each measured model's A/A run (plain against plain): the noise floor of its speedups."""
-    targets = config["noise"].get("models") or lossless_targets()
+    # Absent: every model a lossless technique runs on; an empty list: none.
+    given = config["noise"].get("models")
+    targets = lossless_targets() if given is None else given
     return [output_path(rules.noise_floor.output[0], model=m) for m in sorted(targets)]
 
 
