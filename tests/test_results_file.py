@@ -698,3 +698,45 @@ def test_a_label_is_one_column_across_targets_and_the_rest_named_in_the_csvs():
     assert "diffusion (block 16, threshold 0.8)" in " ".join(notes + head)
     # The rows that did not fit are named: plain's A/A run goes first.
     assert any(n.startswith("in the CSVs only: plain (A/A)") for n in notes)
+
+
+def test_the_terms_table_says_what_holds_each_drafting_row_back():
+    from fewerpasses.report.results_file import terms_table
+
+    frame = pd.DataFrame(
+        [
+            {
+                "target": "m",
+                "technique": "plain",
+                "speedup": 1.0,
+                "replayed_speedup": float("nan"),
+                "replayed_without_draft_cost": float("nan"),
+                "replayed_flat_verify": float("nan"),
+            },
+            {
+                "target": "m",
+                "technique": "draft head (best)",
+                "speedup": 1.21,
+                "first_kept": 0.62,
+                "acceptance_rate": 0.55,
+                "tokens_per_pass": 1.4,
+                "replayed_speedup": 1.3,
+                "replayed_without_draft_cost": 1.45,
+                "replayed_flat_verify": 1.6,
+            },
+            {
+                "target": "m",
+                "technique": "perfect-draft ceiling (bound)",
+                "speedup": 3.0,
+                "first_kept": 1.0,
+                "replayed_speedup": 3.1,
+                "replayed_without_draft_cost": 3.1,
+                "replayed_flat_verify": 5.0,
+            },
+        ]
+    )
+    lines, _ = terms_table(frame)
+    text = "\n".join(lines)
+    assert "draft head (best)" in text and "62%" in text and "1.45x" in text and "1.60x" in text
+    assert "ceiling" not in text and "plain" not in text
+    assert terms_table(frame.drop(columns=["replayed_flat_verify"])) is None

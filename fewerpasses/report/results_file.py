@@ -27,6 +27,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import pandas as pd
 
+from .text_bounds import REACH
+
 from . import compact
 from .compact import is_missing, speedup, with_interval
 
@@ -805,9 +807,11 @@ def _axis_order(value):
 _BOUND_HEADS = {
     "ceiling": "ceiling",
     "copy": "copy bound",
-    "copy_memory": "copy, memory",
     "match": "match bound",
+    "run_on": "run-on bound",
+    "copy_memory": "copy, memory",
     "match_memory": "match, memory",
+    "run_on_memory": "run-on, memory",
 }
 _BOUND_KEYS = ("target", "num_draft", "category", "prompts")
 
@@ -842,12 +846,14 @@ def bounds_table(
         bounds = bounds.assign(num_draft=-1)
     if "prompts" not in bounds:
         bounds = bounds.assign(prompts=float("nan"))
-    values = [c for c in bounds.columns if c not in _BOUND_KEYS and "share" not in c]
-    values = [c for c in values if pd.api.types.is_numeric_dtype(bounds[c])]
     measured = None
     if by_category is not None and not by_category.empty and "category" in by_category:
         keep = by_category.technique.map(_from_text) & ~by_category.category.map(_is_overall)
         measured = by_category[keep].assign(speedup=lambda x: x.speedup.astype(float))
+    # The bounds as speedups, in their order; those with memory only where a measured row
+    # drafts from earlier answers (the rest, and the modelled ceiling, stay in the CSV).
+    memory = measured is not None and measured.config.astype(str).str.contains("memory across prompts").any()
+    values = [c for c in _BOUND_HEADS if c in bounds and (memory or not c.endswith("_memory"))]
     targets = list(dict.fromkeys(bounds.target))
     multi = len(targets) > 1
     ks = sorted(bounds.num_draft.unique())
@@ -886,7 +892,35 @@ def bounds_table(
     lines, notes = compact.render(heads, rows, keep=1 if (multi or not overall_only) else 0)
     if overall_only:
         notes = ["the geometric mean over the categories; each category in the CSV"] + notes
-    return lines, notes
+    return lines, [REACH[0].lower() + REACH[1:].rstrip(".")] + notes
+
+
+def terms_table(frame: pd.DataFrame) -> Optional[Tuple[List[str], List[str]]]:
+    """What holds each drafting row back, from its own cell: how often its first drafted token
+    was kept, its acceptance and tokens per pass, and its rounds replayed at the measured costs,
+    without the drafter's own cost, and with verify passes as cheap as a plain token (the
+    term that moves the replayed speedup most is the one that holds the row back)."""
+    cols = ("replayed_speedup", "replayed_without_draft_cost", "replayed_flat_verify")
+    if frame is None or any(c not in frame for c in cols):
+        return None
+    rows = frame[frame.replayed_speedup.notna() & ~frame.technique.astype(str).str.contains("no drafts|ceiling")]
+    if rows.empty:
+        return None
+    heads = ["target", "technique", "speedup", "first kept", "acceptance", "tokens/pass"]
+    heads += ["replayed", "no draft cost", "flat verify"]
+    body = [
+        [
+            str(r.target),
+            str(r.technique),
+            speedup(r.speedup),
+            compact.share(r.get("first_kept")),
+            compact.share(r.get("acceptance_rate")),
+            compact.number(r.get("tokens_per_pass")),
+        ]
+        + [speedup(r[c]) for c in cols]
+        for _, r in rows.iterrows()
+    ]
+    return compact.render(heads, body, keep=0)
 
 
 # ---------------------------------------------------------------------------------------
@@ -965,6 +999,11 @@ def _layout(run, command, cells, frames, files, level: int) -> List[str]:
                 if name in files
             ]
         lines += _block("Every technique against plain decoding", links, table, notes)
+        terms = terms_table(tech) if level < 4 else None
+        if terms:
+            table, notes = terms
+            why = "its rounds replayed at the measured costs, without the drafter's own cost, and with a flat verify curve"
+            lines += _block("What holds each drafting row back", [why], table, notes)
     cat, ctx = frames["by_category"], frames["by_context"]
     has_cat, has_ctx = _axis(cat, "category") is not None, _axis(ctx, "context") is not None
     if level >= 5 and has_cat:
