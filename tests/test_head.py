@@ -165,34 +165,6 @@ def test_drafting_with_a_head_keeps_plain_decodings_tokens(target, min_prob):
         assert got.drafted > 0
 
 
-@pytest.mark.parametrize("curve", ["cheap", "prohibitive"])
-def test_the_head_sizes_its_rounds_by_its_confidence_under_the_gate(target, curve):
-    _, model = target
-    headed = HeadedTarget(model, random_head(model, seed=1))
-    # A round of k drafts in plain tokens: nearly free, or dearer than decoding k + 1 tokens.
-    cost = (1.0, 1.01, 1.02, 1.03) if curve == "cheap" else (1.0, 3.0, 4.5, 6.0)
-    policy = DraftPolicy(num_draft=3, max_ngram=1, min_ngram=1, verify_cost=cost)
-    stream = head_stream(headed, 24, policy, 0.0)
-    drafted = 0
-    for prompt in ([5, 9, 14, 3], [7, 7, 7, 7, 7, 2], list(range(40, 80))):
-        p = mx.array(prompt, dtype=mx.uint32)
-        want = timed_generation(lambda: plain_stream(model, p, 24), len(prompt)).tokens
-        got = timed_generation(lambda: stream(p), len(prompt))
-        assert got.tokens == want
-        drafted += got.drafted
-    assert (drafted > 0) is (curve == "cheap")
-
-
-def test_confidence_is_calibrated_by_what_the_drafts_kept():
-    from fewerpasses.head.draft import ConfidenceAcceptance
-
-    c = ConfidenceAcceptance()
-    assert c.chance(0.9) == pytest.approx(0.9) and c.chance(0.2) == pytest.approx(0.2)
-    for _ in range(8):  # confident tokens refused, unsure ones kept
-        c.update([0.2, 0.9], 1)
-    assert c.chance(0.9) < 0.5 < c.chance(0.2)
-
-
 def test_first_kept_is_the_share_of_drafting_rounds_whose_first_token_was_kept():
     rounds = [
         {"drafted": 0, "accepted": 0, "passes": 5},

@@ -4,8 +4,8 @@ the target's hidden states (EAGLE-3's design), every token checked against the r
 Before the timed runs the cell measures, at the prompts' median context, the verify curve of
 the headed target (the target's pass plus the head's cache fill) and the head's own cost of
 drafting k tokens (`verify_costs.draft_seconds`); the cost gate prices a round of k drafts at
-both (lookup/cell.py `gated`), the head sizing each round by its own confidence (head/draft.py),
-and so does the replayed speedup that says why the cell won or lost. Acceptance is, as for every drafter on the loop, drafted tokens kept over drafted
+both (lookup/cell.py `gated`), and so does the replayed speedup that says why the cell won or
+lost. Acceptance is, as for every drafter on the loop, drafted tokens kept over drafted
 tokens; `first_kept` is the share of rounds whose first drafted token was kept.
 """
 
@@ -32,8 +32,7 @@ def head_stream(headed: HeadedTarget, max_tokens: int, policy: DraftPolicy, min_
     """`prompt -> TokenStream`: the loop over the headed target, drafting with its head."""
 
     def stream(prompt, caches=None):
-        # Under the cost gate the head sizes each round by its own confidence (head/draft.py).
-        index = lambda tokens, _: HeadDrafter(headed, tokens, min_prob, policy.verify_cost)  # noqa: E731
+        index = lambda tokens, _: HeadDrafter(headed, tokens, min_prob)  # noqa: E731
         return lookup_stream(headed, prompt, max_tokens, policy, caches, index=index)
 
     return stream
