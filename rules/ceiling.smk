@@ -28,6 +28,7 @@ rule ceiling_cell:
 rule text_bounds:
     input:
         unpack(cell_inputs("ceiling")),
+        unpack(get_loop_floor),
         ceiling=rules.ceiling_cell.output[0],
     output:
         "results/text_bounds/{model}/draft{draft}.json",

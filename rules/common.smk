@@ -241,6 +241,13 @@ def get_text_bounds_files(wildcards=None):
     return [output_path(rules.text_bounds.output[0], **w) for w in TECHNIQUES["ceiling"].cells(config)]
 
 
+def get_loop_floor(wildcards):
+    """The model's lookup cell at draft length 0 (the loop without drafts), where the run has
+    it: the text bounds' measured speed of decoding without drafts."""
+    floor = [w for w in TECHNIQUES["lookup"].cells(config, wildcards.model) if w["draft"] == "0"]
+    return {"floor": rule_file(("lookup_cell", floor[0]))} if floor else {}
+
+
 def get_category_table(wildcards=None):
     """The comparison's by-category table (rules/techniques.smk), once every rule is read."""
     return rules.compare_techniques.output.by_category

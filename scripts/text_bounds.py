@@ -11,5 +11,6 @@ result = text_bounds(
     json.load(open(snakemake.input.reference)),
     snakemake.input.prompts,
     json.load(open(snakemake.input.ceiling)),
+    json.load(open(snakemake.input.floor)) if snakemake.input.get("floor") else None,
 )
 write_json(result, snakemake.output[0])

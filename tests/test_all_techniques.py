@@ -38,7 +38,8 @@ def run(tmp_path_factory):
         },
         "layerskip": {"strategies": ["middle"], "skip_fractions": [0.4], "draft_lengths": [2]},
         "twomodel": {"pairs": [{"target": "tiny", "draft": "tiny-draft"}], "draft_lengths": [2]},
-        "lookup": {"models": ["tiny"], "max_ngrams": [3], "min_ngram": 1, "draft_lengths": [4]},
+        # Draft length 0: the loop without drafts, the loop's factor and the bounds' floor.
+        "lookup": {"models": ["tiny"], "max_ngrams": [3], "min_ngram": 1, "draft_lengths": [0, 4]},
         "suffix": {"models": ["tiny"], "draft_lengths": [4]},
         "recycle": {"models": ["tiny"], "draft_lengths": [3]},
         "head": {
@@ -105,6 +106,7 @@ def test_lossless_rows_are_checked_on_the_question_set(run):
             "two-model (best)",
             "two-model (earlier study)",
             "prompt lookup (best)",
+            "prompt lookup, no drafts",
             "suffix drafting (best)",
             "recycled predictions (best)",
             "draft head (best)",
@@ -128,6 +130,7 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
         "two-model (best)",
         "two-model (earlier study)",
         "prompt lookup (best)",
+        "prompt lookup, no drafts",
         "suffix drafting (best)",
         "recycled predictions (best)",
         "draft head (best)",
@@ -175,8 +178,11 @@ def test_no_measured_row_from_the_text_stands_above_its_bound(run):
     d, _ = run
     bounds = json.loads((d / "results/text_bounds/tiny/draft4.json").read_text())
     measured = measured_ceilings(json.loads((d / "results/ceiling/tiny/draft4.json").read_text()))
+    floor = measured_ceilings(json.loads((d / "results/lookup/tiny/ngram3_draft0.json").read_text()))
+    assert bounds["loop_floor"]
     for p in bounds["per_prompt"]:
         assert p["ceiling"] == pytest.approx(measured[p["prompt_id"]])
+        assert p["floor"] == pytest.approx(floor[p["prompt_id"]]) and p["match"] >= p["floor"] - 1e-9
         assert p["match"] <= p["run_on"] <= p["ceiling"] + 1e-9 and p["match"] <= p["copy"] <= p["ceiling"] + 1e-9
     frame = bounds_frame([d / "results/text_bounds/tiny/draft4.json"])
     by_category = pd.read_csv(d / "results/tables/techniques_by_category.csv")

@@ -98,7 +98,7 @@ def test_a_run_on_copy_continues_into_its_own_drafts():
     assert b["run_on"] > b["match"]
 
 
-def test_bounds_are_set_on_the_measured_scale_keeping_their_shares():
+def test_bounds_are_set_on_the_measured_scale_between_the_loop_and_the_ceiling():
     from fewerpasses.ceiling.text_bounds import measured_ceilings, on_measured_scale
 
     def run(c, b):
@@ -106,10 +106,16 @@ def test_bounds_are_set_on_the_measured_scale_keeping_their_shares():
 
     cell = {"per_prompt": [{"prompt_id": "a", "runs": [run(30, 10), run(20, 10), run(33, 10)]}]}
     assert measured_ceilings(cell) == {"a": pytest.approx(3.0)}
-    modelled = {"ceiling": 2.5, "match": 1.25, "copy": 2.0}
-    scaled = on_measured_scale(modelled, 3.0)
+    modelled = {"ceiling": 2.5, "match": 1.25, "copy": 2.0, "copy_memory": 1.0}
+    # The loop without drafts measured at 1.05x: a bound with nothing to draft is that speed,
+    # the ceiling the measured 3.0x, every bound between them in cost per token.
+    scaled = on_measured_scale(modelled, 3.0, floor=1.05)
     assert scaled["ceiling"] == pytest.approx(3.0) and scaled["ceiling_modelled"] == 2.5
-    assert scaled["match"] / scaled["ceiling"] == pytest.approx(0.5) and scaled["scale"] == pytest.approx(1.2)
+    assert scaled["copy_memory"] == pytest.approx(1.05)
+    assert 1.05 < scaled["match"] < scaled["copy"] < 3.0
+    # Cost per token is affine: the match bound's cost sits where its modelled cost sits.
+    at = (1 - 1 / 1.25) / (1 - 1 / 2.5)
+    assert 1 / scaled["match"] == pytest.approx(1 / 1.05 - at * (1 / 1.05 - 1 / 3.0))
     unscaled = on_measured_scale(modelled, None)
     assert unscaled["ceiling"] == 2.5 and unscaled["scale"] != unscaled["scale"]
 
@@ -140,8 +146,8 @@ def test_a_runs_bounds_and_their_table(tiny, repo, tmp_path):
     for p in out["per_prompt"]:
         assert p["ceiling"] == pytest.approx(2.0) and p["ceiling_modelled"] > 1.0
         assert p["match"] <= p["copy"] <= p["ceiling"] + 1e-9 and p["match"] <= p["run_on"] <= p["ceiling"] + 1e-9
-        # The same shares as on the modelled scale: a plain step's 1.0 is scaled too.
-        assert p["match"] >= p["scale"] - 1e-9
+        # Nothing to draft is the loop's own speed: without its cell, mlx-lm's (1.0).
+        assert p["match"] >= 1.0 - 1e-9
     path = tmp_path / "bounds.json"
     path.write_text(json.dumps(out))
     frame = bounds_frame([path])

@@ -29,11 +29,14 @@ same sum with every span unbounded, so they share one scale and a bound's share 
 ceiling is the most a drafter from the text can reach of it on this machine.
 
 The sums count the answer's tokens after the first, as a cell's decode speedup does (the
-first comes from the prompt's pass). The modelled scale (one verify curve, at one context)
-is then set to the measured one: every bound of a prompt is multiplied by that prompt's
-measured ceiling over its modelled ceiling (`scale`), so the ceiling equals the ceiling
-cell's measured speedup and each bound keeps its share of it, and a measured row can be read
-against its bound on the scale it was measured on.
+first comes from the prompt's pass). The modelled scale (one verify curve, at one context,
+plain steps at mlx-lm's speed) is then set to the measured one, per prompt, in cost per
+token (the inverse of a speedup, where costs add): an affine map that takes the modelled cost
+of decoding without drafts to the loop's measured one (its lookup cell at draft length 0,
+where the run has it; else mlx-lm's own) and the modelled ceiling's to the ceiling cell's
+measured one (`on_measured_scale`). So the ceiling column is the measured ceiling, a bound
+with nothing to draft is the loop's own speed, and a measured row can be read against its
+bound on the scale it was measured on.
 """
 
 from pathlib import Path
@@ -151,8 +154,8 @@ def prompt_bounds(
 
 
 def measured_ceilings(ceiling: Dict) -> Dict[str, float]:
-    """Each prompt's measured ceiling in a ceiling cell: the median over its repeats of the
-    paired decode speedups (the cell's own measure)."""
+    """Each prompt's measured speedup in a cell (the ceiling's, or the loop's without drafts):
+    the median over its repeats of the paired decode speedups (the cell's own measure)."""
     import statistics
 
     out = {}
@@ -163,20 +166,28 @@ def measured_ceilings(ceiling: Dict) -> Dict[str, float]:
     return out
 
 
-def on_measured_scale(bounds: Dict[str, float], measured: Optional[float]) -> Dict[str, float]:
-    """A prompt's bounds with the modelled ceiling set to the measured one: each multiplied by
-    measured over modelled, so shares of the ceiling are kept. Without a measurement (a
-    ceiling cell that records no prompts) they stay on the modelled scale (`scale` NaN)."""
+def on_measured_scale(bounds: Dict[str, float], measured: Optional[float], floor: float = 1.0) -> Dict[str, float]:
+    """A prompt's bounds on the measured scale, in cost per token: the modelled cost without
+    drafts (1) goes to the loop's measured one (1 / `floor`, the loop without drafts against
+    mlx-lm), the modelled ceiling's to the measured ceiling's, and every bound's cost between
+    them by the same affine map. Without a measured ceiling (a cell that records no prompts)
+    they stay on the modelled scale (`scale` NaN)."""
     modelled = bounds["ceiling"]
-    if measured is None or not modelled or modelled != modelled:
-        return {**bounds, "ceiling_modelled": modelled, "scale": float("nan")}
-    scale = measured / modelled
-    return {**{k: v * scale for k, v in bounds.items()}, "ceiling_modelled": modelled, "scale": scale}
+    if measured is None or not modelled or modelled != modelled or modelled <= 1.0:
+        return {**bounds, "ceiling_modelled": modelled, "floor": floor, "scale": float("nan")}
+    low, high = 1.0 / floor, 1.0 / measured  # measured cost without drafts, and the ceiling's
+    scale = (low - high) / (1.0 - 1.0 / modelled)
+
+    def mapped(speedup: float) -> float:
+        return 1.0 / (low - (1.0 - 1.0 / speedup) * scale) if speedup == speedup and speedup > 0 else speedup
+
+    return {**{k: mapped(v) for k, v in bounds.items()}, "ceiling_modelled": modelled, "floor": floor, "scale": scale}
 
 
-def text_bounds(model_path, reference: Dict, prompt_set_path, ceiling: Dict) -> Dict:
+def text_bounds(model_path, reference: Dict, prompt_set_path, ceiling: Dict, floor: Optional[Dict] = None) -> Dict:
     """The bounds of every prompt of a ceiling cell's run, at that cell's measured verify curve
-    and plain token and its draft length, on the scale of its measured speedups. With memory, a prompt's text also holds the reference
+    and plain token and its draft length, on the scale of its measured speedups (and of the
+    loop's, from `floor`, its lookup cell at draft length 0, where the run has one). With memory, a prompt's text also holds the reference
     answers to the prompts before it in the set, as suffix drafting's `memory: set` holds the
     answers it made to them (suffix/cell.py)."""
     from ..core.models import tokenizer_of
@@ -192,11 +203,14 @@ def text_bounds(model_path, reference: Dict, prompt_set_path, ceiling: Dict) -> 
     answers = reference_tokens(prompts, reference, ceiling["max_tokens"])
     limit = int(ceiling["num_draft"])
     measured = measured_ceilings(ceiling)
+    floors = measured_ceilings(floor) if floor else {}
     per_prompt, earlier = [], []
     for p in prompts:
         answer = answers[p["id"]]
         bounds = on_measured_scale(
-            prompt_bounds(p["tokens"], answer, earlier, ceiling["verify_costs"], limit), measured.get(p["id"])
+            prompt_bounds(p["tokens"], answer, earlier, ceiling["verify_costs"], limit),
+            measured.get(p["id"]),
+            floors.get(p["id"], 1.0),
         )
         per_prompt.append(
             {"prompt_id": p["id"], "category": p.get("category") or "-", "answer_tokens": len(answer), **bounds}
@@ -209,5 +223,6 @@ def text_bounds(model_path, reference: Dict, prompt_set_path, ceiling: Dict) -> 
         "max_tokens": ceiling["max_tokens"],
         "verify_costs": ceiling["verify_costs"],
         "ceiling_commit": (ceiling.get("environment") or {}).get("commit"),
+        "loop_floor": bool(floors),
         "per_prompt": per_prompt,
     }
