@@ -28,7 +28,7 @@ HEADINGS = {
 # Where the bounds hold, said wherever they are shown (ceiling/text_bounds.py).
 REACH = (
     "Bounds of drafts that are one unbroken run of the text (run-on: of the text and the drafts before them), "
-    "at most k a round, one chain a round on prompt lookup's loop; priced on the measured ceiling's scale."
+    "at most k a round, one chain a round on prompt lookup's loop; on the measured scale, from the loop's own speed to the ceiling's."
 )
 
 
