@@ -8,9 +8,9 @@ import pytest
 from fewerpasses.core.models import load
 from fewerpasses.head.model import DraftHead, HeadConfig
 from fewerpasses.hybrid.cell import hybrid_stream
-from fewerpasses.hybrid.draft import HybridDrafter, expected
+from fewerpasses.hybrid.draft import HybridDrafter
 from fewerpasses.lookup.draft import DraftPolicy
-from fewerpasses.measure.costs import DecodeCosts
+from fewerpasses.measure.costs import DecodeCosts, expected_tokens
 from fewerpasses.measure.streams import plain_stream, timed_generation
 from fewerpasses.recycle.table import RecyclingTarget
 from fewerpasses.head.target import HeadedTarget
@@ -76,7 +76,7 @@ def test_the_head_runs_only_where_it_could_win():
 
 
 def test_expected_tokens():
-    assert expected(0.5, 2) == pytest.approx(1.75) and expected(0.0, 3) == 1.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75) and expected_tokens(0.0, 3) == 1.0
 
 
 def test_the_hybrid_keeps_plain_decodings_tokens(target):

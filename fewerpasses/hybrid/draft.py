@@ -23,14 +23,8 @@ from ..lookup.draft import AcceptanceEstimate, DraftPolicy, gated_rate_of
 from ..recycle.draft import RecycleDrafter
 from ..suffix.draft import SuffixIndex, SuffixSettings
 
-SOURCES = ("suffix", "recycle", "head")
 # The sources that draft in host time too small to price: their drafts are looked up first.
 FREE = ("suffix", "recycle")
-
-
-def expected(rate: float, length: int) -> float:
-    a = min(rate, 0.999)
-    return sum(a**i for i in range(length + 1))
 
 
 class HybridDrafter:
@@ -126,7 +120,6 @@ class HybridDrafter:
                 return []
             name = max(options, key=lambda n: options[n][1])
         draft = self._free_drafts(limit)[name] if name in FREE else self.sources["head"].continuation(limit)
-        draft = draft[:limit]
         if not draft:
             return []
         self.chosen[name] = self.chosen.get(name, 0) + 1
