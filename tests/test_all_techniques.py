@@ -172,13 +172,13 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
 def test_no_measured_row_from_the_text_stands_above_its_bound(run):
     """The bounds on the measured scale: each prompt's ceiling is the ceiling cell's measured
     speedup there, and no drafter from the text reads above its own bound."""
-    from fewerpasses.ceiling.text_bounds import measured_ceilings
+    from fewerpasses.ceiling.text_bounds import measured_speedups
     from fewerpasses.report.text_bounds import above_bounds, bounds_frame, from_text
 
     d, _ = run
     bounds = json.loads((d / "results/text_bounds/tiny/draft4.json").read_text())
-    measured = measured_ceilings(json.loads((d / "results/ceiling/tiny/draft4.json").read_text()))
-    floor = measured_ceilings(json.loads((d / "results/lookup/tiny/ngram3_draft0.json").read_text()))
+    measured = measured_speedups(json.loads((d / "results/ceiling/tiny/draft4.json").read_text()))
+    floor = measured_speedups(json.loads((d / "results/lookup/tiny/ngram3_draft0.json").read_text()))
     assert bounds["loop_floor"]
     for p in bounds["per_prompt"]:
         assert p["ceiling"] == pytest.approx(measured[p["prompt_id"]])

@@ -99,13 +99,13 @@ def test_a_run_on_copy_continues_into_its_own_drafts():
 
 
 def test_bounds_are_set_on_the_measured_scale_between_the_loop_and_the_ceiling():
-    from fewerpasses.ceiling.text_bounds import measured_ceilings, on_measured_scale
+    from fewerpasses.ceiling.text_bounds import measured_speedups, on_measured_scale
 
     def run(c, b):
         return {"candidate": {"decode_tps": c}, "baseline": {"decode_tps": b}}
 
     cell = {"per_prompt": [{"prompt_id": "a", "runs": [run(30, 10), run(20, 10), run(33, 10)]}]}
-    assert measured_ceilings(cell) == {"a": pytest.approx(3.0)}
+    assert measured_speedups(cell) == {"a": pytest.approx(3.0)}
     modelled = {"ceiling": 2.5, "match": 1.25, "copy": 2.0, "copy_memory": 1.0}
     # The loop without drafts measured at 1.05x: a bound with nothing to draft is that speed,
     # the ceiling the measured 3.0x, every bound between them in cost per token.

@@ -153,7 +153,7 @@ def prompt_bounds(
     return out
 
 
-def measured_ceilings(ceiling: Dict) -> Dict[str, float]:
+def measured_speedups(ceiling: Dict) -> Dict[str, float]:
     """Each prompt's measured speedup in a cell (the ceiling's, or the loop's without drafts):
     the median over its repeats of the paired decode speedups (the cell's own measure)."""
     import statistics
@@ -187,9 +187,9 @@ def on_measured_scale(bounds: Dict[str, float], measured: Optional[float], floor
 def text_bounds(model_path, reference: Dict, prompt_set_path, ceiling: Dict, floor: Optional[Dict] = None) -> Dict:
     """The bounds of every prompt of a ceiling cell's run, at that cell's measured verify curve
     and plain token and its draft length, on the scale of its measured speedups (and of the
-    loop's, from `floor`, its lookup cell at draft length 0, where the run has one). With memory, a prompt's text also holds the reference
-    answers to the prompts before it in the set, as suffix drafting's `memory: set` holds the
-    answers it made to them (suffix/cell.py)."""
+    loop's, from `floor`, its lookup cell at draft length 0, where the run has one). With
+    memory, a prompt's text also holds the reference answers to the prompts before it in the
+    set, as suffix drafting's `memory: set` holds the answers it made to them (suffix/cell.py)."""
     from ..core.models import tokenizer_of
     from ..core.prompts import encoded_prompts
     from ..measure.reference import reference_tokens, stored_answers
@@ -202,8 +202,8 @@ def text_bounds(model_path, reference: Dict, prompt_set_path, ceiling: Dict, flo
     prompts = encoded_prompts(tokenizer, prompt_set_path, stored_answers(reference, unknown), {})
     answers = reference_tokens(prompts, reference, ceiling["max_tokens"])
     limit = int(ceiling["num_draft"])
-    measured = measured_ceilings(ceiling)
-    floors = measured_ceilings(floor) if floor else {}
+    measured = measured_speedups(ceiling)
+    floors = measured_speedups(floor) if floor else {}
     per_prompt, earlier = [], []
     for p in prompts:
         answer = answers[p["id"]]
