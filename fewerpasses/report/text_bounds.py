@@ -4,7 +4,6 @@ memory across prompts on that measured scale, each as a speedup and a share of t
 beside the best measured drafter from the text."""
 
 import json
-import math
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence
 
@@ -12,6 +11,7 @@ import pandas as pd
 
 from ..ceiling.text_bounds import BOUNDS
 from ..core.atomic import write_text
+from .compact import geomean
 from .techniques import OVERALL as ALL_PROMPTS
 
 OVERALL = "geometric mean over categories"
@@ -51,11 +51,6 @@ def bounds_frame(paths: Iterable) -> pd.DataFrame:
                 row[f"{c}_share"] = (g[c] / g.ceiling).median()
             out.append(row)
     return pd.DataFrame(out)
-
-
-def _geomean(values: Sequence[float]) -> float:
-    values = [v for v in values if v > 0 and not math.isnan(v)]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
 def from_text(by_category: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:
@@ -104,7 +99,7 @@ def _best_geomean(rows: pd.DataFrame) -> str:
     """The row (technique and config) with the largest geometric mean over the categories; the
     geometric mean of its shares is its geometric mean over the ceiling's."""
     means = rows.groupby(["technique", "config"], sort=False).agg(
-        speedup=("speedup", _geomean), ceiling_share=("ceiling_share", _geomean)
+        speedup=("speedup", geomean), ceiling_share=("ceiling_share", geomean)
     )
     (tech, _), x = max(means.iterrows(), key=lambda kv: kv[1].speedup)
     return f"{x.speedup:.2f}x ({x.ceiling_share:.0%}), {tech}"
@@ -134,8 +129,8 @@ def bounds_table(frame: pd.DataFrame, measured: Optional[pd.DataFrame] = None) -
                 own = m[m.category == r.category]
                 row.append(_best(own) if not own.empty else "")
             lines.append("| " + " | ".join(row) + " |")
-        ceiling = _geomean(g.ceiling)
-        values = [_geomean(g[c]) for c in columns]
+        ceiling = geomean(g.ceiling)
+        values = [geomean(g[c]) for c in columns]
         row = [OVERALL, str(int(g.prompts.sum()))] + cells(ceiling, values, [v / ceiling for v in values])
         if m is not None and not m.empty:
             row.append(_best_geomean(m))
