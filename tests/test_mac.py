@@ -21,7 +21,6 @@ from fewerpasses.core.environment import (
     NOTIFY_SOURCE,
     cpu_speed_limit,
     low_power_mode,
-    mac_state,
     macos_version,
     power_mode,
     thermal_state,

@@ -10,7 +10,7 @@ tokens; `first_kept` is the share of rounds whose first drafted token was kept.
 """
 
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 from ..lookup.cell import costs_of, gated, run_drafting_cell
 from ..lookup.draft import DraftPolicy
