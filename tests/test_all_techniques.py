@@ -156,6 +156,10 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
         )
     ]
     assert (spec.quality_basis == "own answers (= plain's tokens)").all()
+    # The head adds its weights to the target's; drafters from the text and the table add none.
+    extra = df.set_index("technique").extra_weight_gb
+    assert extra["draft head (best)"] > 0 and extra["hybrid (best)"] == extra["draft head (best)"]
+    assert extra["prompt lookup (best)"] == extra["recycled predictions (best)"] == 0.0
     per_prompt = pd.read_csv(d / "results/tables/techniques_per_prompt.csv")
     rows = per_prompt[per_prompt.technique == "diffusion"]
     assert len(rows) == 4 and (rows.answer_tokens > 0).all() and (rows.tokens_per_pass > 0).all()

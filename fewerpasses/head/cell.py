@@ -113,6 +113,7 @@ def head_cell(
         cost_repeats=cost_repeats,
         runs_on=runs_on,
         draft_costs=draft_costs,
+        extra_weights=lambda headed: headed.head,
         loads_of=loads({"num_draft": num_draft}, {"model": str(model_path), "head": str(head_path)})[1],
     )
     headed = state["headed"]

@@ -112,6 +112,7 @@ def hybrid_cell(
         cost_repeats=cost_repeats,
         runs_on=lambda model: hybrid_model(model, Path(head_path), top_k),
         draft_costs=draft_costs,
+        extra_weights=lambda runner: runner.target.head,
         loads_of=loads({"num_draft": num_draft, "top_k": top_k}, {"model": str(model_path), "head": str(head_path)})[1],
     )
     # Over every run of the cell, its warm-up included.

@@ -5,6 +5,7 @@ import statistics
 from dataclasses import replace
 from typing import Callable, Dict, Optional, Tuple
 
+from ..core.models import weight_gb
 from ..measure.cell import Candidate, Loads, loads, run_cell
 from ..measure.costs import DecodeCosts, decode_costs, replayed_speedup
 from .draft import DraftPolicy
@@ -108,6 +109,7 @@ def run_drafting_cell(
     runs_on: Optional[Callable] = None,
     draft_costs: Optional[Callable] = None,
     loads_of: Optional[Loads] = None,
+    extra_weights: Optional[Callable] = None,
 ) -> Dict:
     """A cell of any drafter on prompt lookup's loop (n-gram, suffix, the ceiling): the verify
     curve (one forward of 1..num_draft + 1 tokens) and plain decoding's pipelined token time,
@@ -121,7 +123,8 @@ def run_drafting_cell(
     with its draft head): the curve is measured on it. `draft_costs(that model, context, ks,
     repeats)`: seconds to draft each k tokens, for a drafter that computes; the gate and the
     replayed speedup add them to each round. `loads_of`: the cell's memory plan's loads, where
-    the candidate holds more than the target."""
+    the candidate holds more than the target. `extra_weights(that model)`: the module whose
+    weights the candidate adds to the target's (a draft head), recorded as `extra_weight_gb`."""
     context = statistics.median_low(o["prompt_tokens"] for o in reference["outputs"])
     state = {}
 
@@ -133,7 +136,8 @@ def run_drafting_cell(
             drafts = draft_costs(runner, [0] * context, range(1, num_draft + 1), cost_repeats)
             costs = DecodeCosts(costs.verify, costs.plain_token, costs.tree, drafts)
         state["costs"] = costs
-        return Candidate(make_stream(runner, costs, *answers), {"extra_weight_gb": 0.0})
+        extra = weight_gb(extra_weights(runner)) if extra_weights is not None else 0.0
+        return Candidate(make_stream(runner, costs, *answers), {"extra_weight_gb": extra})
 
     held = loads_of or loads({"num_draft": num_draft}, {"model": model_path})[1]
     result = run_cell(model_path, reference, prompt_set_path, settings, build, sees_answers=sees_answers, loads=held)
