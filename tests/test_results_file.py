@@ -672,6 +672,15 @@ def test_the_costs_rows_give_the_verify_curve_memory_and_drift():
     assert "beyond ±10%" in dict(rf.costs(cells))["plain decoding over the run"]
 
 
+def test_the_header_shows_the_longest_curve_a_target_measured_at_a_context():
+    # The loop without drafts measures a pass of one token; the drafting cells the whole curve.
+    floor = cell("lookup", "smollm2", 0, 4, ["qa"], verify_costs=verify_costs(ratios=(1.02,)))
+    drafting = cell("suffix", "smollm2", 1, 4, ["qa"], verify_costs=verify_costs())
+    for cells in ([floor, drafting], [drafting, floor]):
+        frame = rf.verify_frame(cells)
+        assert list(frame.k) == list(range(1, 10)) and frame.pass_in_plain_tokens.iloc[0] == pytest.approx(1.31)
+
+
 def test_the_committed_sections_in_the_new_layout_pass_the_check():
     text = (ROOT / "RESULTS.md").read_text()
     assert "report.html" not in text.split("<!-- run:")[0]

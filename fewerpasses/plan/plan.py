@@ -29,13 +29,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from ..techniques import REGISTRY
+
 # Seconds Snakemake spends on a job beyond its script: scheduling, the script's preamble.
 JOB_OVERHEAD = 1.0
 # A table or figure job: Python, pandas and matplotlib imported, a few files read.
 REPORT_JOB = 4.0
 # The techniques whose cells run on prompt lookup's loop (lookup.cell.run_drafting_cell),
 # which times its verify curve before the pairs.
-DRAFTING_LOOP = ("lookup", "suffix", "recycle", "head", "hybrid", "ceiling")
+DRAFTING_LOOP = tuple(name for name, t in REGISTRY.items() if t.on_lookup_loop)
 # Tokens each warm-up run decodes (measure.protocol.WARMUP_TOKENS).
 WARMUP_TOKENS = 8
 

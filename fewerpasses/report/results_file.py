@@ -255,13 +255,20 @@ def memory_frame(cells: List[Dict]) -> pd.DataFrame:
 
 def verify_frame(cells: List[Dict]) -> pd.DataFrame:
     """The verify curve each target's drafting cells measured: one pass of k tokens, in plain
-    decoding's pipelined token times, at the prompts' median context (one row per k)."""
-    seen, rows = set(), []
+    decoding's pipelined token times, at the prompts' median context (one row per k). Where
+    several cells measured a target at one context, the longest curve stands for them (the
+    loop without drafts measures one point: a pass of one token)."""
+    longest: Dict[Tuple, Dict] = {}
     for c in cells:
         v = c.get("verify_costs")
-        if not v or not v.get("plain_token_seconds") or (c.get("target"), v.get("context")) in seen:
+        if not v or not v.get("plain_token_seconds"):
             continue
-        seen.add((c.get("target"), v.get("context")))
+        key = (c.get("target"), v.get("context"))
+        if key not in longest or len(v["seconds"]) > len(longest[key]["verify_costs"]["seconds"]):
+            longest[key] = c
+    rows = []
+    for c in longest.values():
+        v = c["verify_costs"]
         for k, t in sorted(((int(k), t) for k, t in v["seconds"].items())):
             rows.append(
                 {
