@@ -153,13 +153,13 @@ def prompt_bounds(
     return out
 
 
-def measured_speedups(ceiling: Dict) -> Dict[str, float]:
+def measured_speedups(cell: Dict) -> Dict[str, float]:
     """Each prompt's measured speedup in a cell (the ceiling's, or the loop's without drafts):
     the median over its repeats of the paired decode speedups (the cell's own measure)."""
     import statistics
 
     out = {}
-    for pp in ceiling.get("per_prompt") or []:
+    for pp in cell.get("per_prompt") or []:
         ratios = [r["candidate"]["decode_tps"] / r["baseline"]["decode_tps"] for r in pp.get("runs", [])]
         if ratios:
             out[pp["prompt_id"]] = statistics.median(ratios)
