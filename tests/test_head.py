@@ -215,6 +215,23 @@ def test_training_prompts_share_no_text_with_any_measured_set():
         check_disjoint(prompts[:3] + [measured[7].upper()], measured)
 
 
+def test_the_context_prompts_share_no_prompt_with_a_measured_set():
+    """The second corpus's prompts (documents from the first corpus's answers, German sentences
+    and roles of its own) are disjoint from every measured text, and keep the tasks' shares."""
+    from training.head_data import check_disjoint, context_prompts, head_prompts, measured_texts
+
+    first = head_prompts(1200)
+    answers = [f"Answer {i}: {p['text']} " * 6 for i, p in enumerate(first)]
+    ctx = context_prompts(first, answers, 400)
+    check_disjoint([p["text"] for p in ctx], measured_texts())
+    counts = {c: sum(p["category"] == c for p in ctx) for c in {p["category"] for p in ctx}}
+    assert counts == {"summarization": 100, "rag": 80, "extraction": 80, "translation": 100, "roleplay": 40}
+    assert len({p["text"] for p in ctx}) == 400
+    assert context_prompts(first, answers, 400) == ctx  # seeded: the same list on any machine
+    with pytest.raises(ValueError, match="prose answers"):
+        context_prompts(first[:1], answers[:1], 10)
+
+
 def test_every_unrolled_step_is_scored_against_the_token_two_after_its_position(target):
     """Step j at position s drafts the token at s + 2 (its chain started at s - j): labels are
     not shifted by the step. Labels made from each step's own argmax are then all right."""

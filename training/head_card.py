@@ -43,10 +43,23 @@ def measured_section(cell: Dict, path: str) -> str:
     return "\n".join(lines)
 
 
+def context_data(ctx: Optional[Dict]) -> str:
+    """The card's sentence on the second corpus, the context prompts (head_context.yaml)."""
+    if not ctx:
+        return ""
+    return f"""
+  Then {ctx["prompts"]} context prompts from `training/prompts/head_context.yaml` (summaries, passages,
+  extraction and role play over the target's own answers above as documents; translation of its
+  own German sentences), refused and checked in the same way, answered in the same way:
+  {ctx["answer_tokens"]:,} answer tokens, {ctx["prompt_tokens"]:,} prompt tokens ({ctx["wall_s"] / 60:.1f} minutes).
+  Corpus sha256 `{ctx["sha256"][:16]}...`."""
+
+
 def card(head_dir: Path, cell: Optional[Dict] = None, cell_path: str = "") -> str:
     t = json.loads((head_dir / "training.json").read_text())
     cfg = json.loads((head_dir / "config.json").read_text())
-    c = t["corpus"]
+    parts = t["corpus"] if isinstance(t["corpus"], list) else [t["corpus"]]
+    c, ctx = parts[0], (parts[1] if len(parts) > 1 else None)
     last = t["epochs"][-1]
     size = (head_dir / "model.safetensors").stat().st_size
     s = t["settings"]
@@ -67,7 +80,7 @@ the pipeline's `head` and `hybrid` cells, and the target verifies every token.
   of any prompt set in `config/prompts/` or a question in `config/questions/` is refused, and
   `tests/test_head.py` checks the list against them by text. Answered greedily by the target
   through its chat template, up to {s["max_tokens"]} tokens: {c["answer_tokens"]:,} answer tokens, {c["prompt_tokens"]:,} prompt tokens
-  ({c["wall_s"] / 60:.1f} minutes here). Corpus sha256 `{c["sha256"][:16]}...`. {t["heldout_prompts"]} prompts held out.
+  ({c["wall_s"] / 60:.1f} minutes here). Corpus sha256 `{c["sha256"][:16]}...`.{context_data(ctx)} {t["heldout_prompts"]} prompts held out.
 - **Draft vocabulary**: the {cfg["draft_vocab_size"]} tokens most frequent in the training answers (then the lowest ids),
   covering {_pct(t["draft_vocab_coverage_of_train_labels"])} of the training labels.
 - **Training**: EAGLE-3's training-time test with {s["ttt"]} unrolled steps (each step feeds the head's

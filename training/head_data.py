@@ -4,8 +4,11 @@ EAGLE trains on answers its target regenerated), to prompts disjoint from every 
 The prompts are training/prompts/distill.yaml's templates x lists (training/distill.py makes
 them, seeded, so any machine rebuilds the same list). Every prompt that contains, or is part
 of, a turn of any prompt set under config/prompts/ or a question of any question set under
-config/questions/ is refused before generation; `check_disjoint` proves it again on the
-written corpus (tests/test_head.py runs it on the prompt list).
+config/questions/ is refused before generation. A second corpus reads given texts: its
+prompts (training/prompts/head_context.yaml, `context_prompts`) take the first corpus's prose
+answers as documents to summarise, quote or extract from, German sentences of the file's own to
+translate, and roles to play, and they are refused in the same way. `check_disjoint` proves
+it again on each written list (tests/test_head.py runs it on both).
 
 The features the head reads are not stored: `features` recomputes them from the target, one
 forward pass per sequence, when training starts.
@@ -13,6 +16,7 @@ forward pass per sequence, when training starts.
 
 import hashlib
 import json
+import random
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
@@ -75,6 +79,71 @@ def build_corpus(target: Path, out: Path, n: int, seed: int, max_tokens: int, ba
     training/distill.py writes a corpus), with its info and hash."""
     prompts = head_prompts(n, seed)
     info = generate_corpus(target, prompts, out, max_tokens=[max_tokens] * len(prompts), batch_size=batch_size, log=log)
+    info["sha256"] = file_hash(out)
+    return info
+
+
+CONTEXT_FILE = ROOT / "training/prompts/head_context.yaml"
+
+
+def context_prompts(first: List[Dict], answers: List[str], n: int, seed: int = 0, source=CONTEXT_FILE) -> List[Dict]:
+    """n prompts of head_context.yaml's tasks, none overlapping a measured text. `first` is the
+    first corpus's prompts and `answers` the target's answers to them (texts): a prose answer
+    is a {doc}, its prompt the {question}; German text and roles come from the file itself."""
+    import yaml
+
+    spec = yaml.safe_load(Path(source).read_text())
+    rng = random.Random(seed)
+    docs = [
+        (p["text"], a.strip())
+        for p, a in zip(first, answers)
+        if p["category"] in spec["doc_categories"] and len(a.split()) * 4 >= spec["min_doc_tokens"] * 3
+    ]
+    if len(docs) < 2:
+        raise ValueError(f"{source}: the first corpus has {len(docs)} prose answers to use as documents")
+    german, roles = spec["german"], spec["roles"]
+    measured = [_normal(m) for m in measured_texts() if m.strip()]
+    tasks = spec["tasks"]
+    counts = {t: int(round(v["weight"] * n)) for t, v in tasks.items()}
+    counts[next(iter(tasks))] += n - sum(counts.values())
+    out, seen = [], set()
+    for task, k in counts.items():
+        templates, got, tries = tasks[task]["templates"], 0, 0
+        while got < k and tries < 50 * k:
+            tries += 1
+            question, doc = docs[rng.randrange(len(docs))]
+            fill = {
+                "doc": doc,
+                "question": question,
+                "other": docs[rng.randrange(len(docs))][1],
+                "de": " ".join(rng.sample(german, rng.randint(2, 4))),
+                **roles[rng.randrange(len(roles))],
+            }
+            text = templates[rng.randrange(len(templates))].format(**fill)
+            low = _normal(text)
+            if low in seen or any(b in low or low in b for b in measured):
+                continue
+            seen.add(low)
+            out.append({"category": task, "text": text})
+            got += 1
+    rng.shuffle(out)
+    return [dict(id=i, **p) for i, p in enumerate(out)]
+
+
+def build_context_corpus(
+    target: Path, first: Path, out: Path, n: int, seed: int, max_tokens: int, batch_size: int = 32, log=print
+) -> Dict:
+    """The target's greedy answers to `context_prompts` over the first corpus `first`, written
+    to `out` as build_corpus writes one."""
+    from mlx_lm import load
+
+    model, tok = load(str(target))
+    eos = set(tok.eos_token_ids)
+    prompts = json.loads(first.with_suffix(".json").read_text())["prompts"]
+    answers = [tok.decode([t for t in a.tolist() if t not in eos]) for _, a in sequences(first)]
+    ctx = context_prompts(prompts, answers, n, seed)
+    check_disjoint([p["text"] for p in ctx], measured_texts())
+    info = generate_corpus((model, tok), ctx, out, max_tokens=[max_tokens] * len(ctx), batch_size=batch_size, log=log)
     info["sha256"] = file_hash(out)
     return info
 

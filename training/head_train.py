@@ -4,7 +4,9 @@
 
 Steps, each seeded so that the command rebuilds the shipped head:
 1. the corpus (training/head_data.py): the target's greedy answers to prompts disjoint from
-   every measured set, made unless `--corpus` exists with the expected hash;
+   every measured set, made unless `--corpus` exists; then, from those answers as documents,
+   `--context-prompts` prompts that read a given text (summaries, passages, extraction,
+   translation, role play), answered in the same way into `--context-corpus`;
 2. the features: one forward pass of the target over each prompt + answer, reading the
    hidden states entering the head's three layers, and the target's greedy token at each
    position;
@@ -29,10 +31,11 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from training.head_data import build_corpus, file_hash, sequences
+from training.head_data import build_context_corpus, build_corpus, file_hash, sequences
 
 DEFAULTS = dict(
     prompts=1200,
+    context_prompts=400,
     max_tokens=96,
     seed=0,
     draft_vocab=8192,
@@ -304,7 +307,7 @@ def write_head(
         "command": "python -m training.head_train --target resources/models/smollm2/mlx --out " + str(out),
         "settings": vars(a),
         "seed": a.seed,
-        "corpus": {**corpus_info, "sha256": digest, "path": str(corpus)},
+        "corpus": corpus_info,
         "train_prompts": len(train),
         "heldout_prompts": len(held),
         "train_answer_positions": answer_tokens,
@@ -335,6 +338,7 @@ def main(argv=None) -> Dict:
     ap.add_argument("--target", required=True)
     ap.add_argument("--out", default="models/smollm2-head")
     ap.add_argument("--corpus", default="resources/head/smollm2-corpus.npz")
+    ap.add_argument("--context-corpus", default="resources/head/smollm2-corpus-context.npz")
     for k, v in DEFAULTS.items():
         ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v)
     a = ap.parse_args(argv)
@@ -349,11 +353,24 @@ def main(argv=None) -> Dict:
     if not corpus.is_file():
         log(json.dumps({"corpus": str(corpus), "building": True}))
         build_corpus(Path(a.target), corpus, a.prompts, a.seed, a.max_tokens, log=log)
-    corpus_info = json.loads(corpus.with_suffix(".json").read_text())["info"]
-    digest = file_hash(corpus)
     seqs = sequences(corpus)
     if len(seqs) != a.prompts:
         raise SystemExit(f"{corpus} has {len(seqs)} prompts, not --prompts {a.prompts}: delete it to rebuild")
+    context = Path(a.context_corpus)
+    if a.context_prompts and not context.is_file():
+        log(json.dumps({"corpus": str(context), "building": True}))
+        build_context_corpus(Path(a.target), corpus, context, a.context_prompts, a.seed, a.max_tokens, log=log)
+    parts = [corpus] + ([context] if a.context_prompts else [])
+    corpus_info = [
+        {**json.loads(c.with_suffix(".json").read_text())["info"], "sha256": file_hash(c), "path": str(c)}
+        for c in parts
+    ]
+    digest = corpus_info[0]["sha256"]
+    if a.context_prompts:
+        more = sequences(context)
+        if len(more) != a.context_prompts:
+            raise SystemExit(f"{context} has {len(more)} prompts, not --context-prompts {a.context_prompts}")
+        seqs = seqs + more
     model, _ = load(a.target)
     tcfg = model.args
     cfg = HeadConfig(
@@ -372,7 +389,7 @@ def main(argv=None) -> Dict:
     taps = cfg.taps(len(model.layers))
     cfg = HeadConfig(**{**cfg.__dict__, "layer_ids": taps})
     t0 = time.perf_counter()
-    cached = corpus.with_name(corpus.stem + f"-features-{'-'.join(map(str, taps))}.npz")
+    cached = corpus.with_name(corpus.stem + f"-features-{'-'.join(map(str, taps))}-{len(seqs)}.npz")
     if cached.is_file():
         z = np.load(cached)
         feats = [z[str(i)] for i in range(len(seqs))]
