@@ -70,3 +70,31 @@ def test_the_memory_plan_counts_the_table(target):
     path, _ = target
     _, held = loads({"num_draft": 4, "top_k": 8, "rows": 0}, {"model": str(path)})
     assert held.adapter_bytes["recycled predictions table"] > 8 * 4 * 100 and held.verify_rows == 5
+
+
+def test_a_recycling_pass_holds_the_logit_copies_its_plan_counts(target):
+    """A pass through the table (the prefill's too) holds more of every row's logits than a
+    plain pass does: the plan counts LOGIT_COPIES arrays of them, no fewer than are held."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from fewerpasses.core.memory import ModelShape
+    from fewerpasses.recycle.cell import LOGIT_COPIES
+
+    path, model = target
+    vocab = ModelShape.of(path).vocab
+    rows = 400
+    prompt = mx.array([[(7 * i) % 200 + 3 for i in range(rows)]], dtype=mx.uint32)
+    recycling = RecyclingTarget(model, 8)
+    peaks = []
+    for m, cache in ((model, make_prompt_cache(model)), (recycling, recycling.make_cache())):
+        mx.eval(model.parameters(), [c.state for c in cache if hasattr(c, "state") and c.state])
+        mx.synchronize()
+        mx.clear_cache()
+        mx.reset_peak_memory()
+        base = mx.get_active_memory()
+        mx.eval(m(prompt, cache=cache), [c.state for c in cache if c.state])
+        peaks.append(mx.get_peak_memory() - base)
+    extra = (peaks[1] - peaks[0]) / (rows * vocab * 4)  # in arrays of every row's logits
+    assert 1.5 < extra <= LOGIT_COPIES
+    _, held = loads({"num_draft": 4, "top_k": 8, "rows": 0}, {"model": str(path)})
+    assert held.logit_copies == LOGIT_COPIES

@@ -80,14 +80,14 @@ class ModelShape:
         n = self.layers if layers is None else layers
         return 2 * n * self.kv_heads * self.head_dim * self.act_bytes * tokens
 
-    def pass_bytes(self, rows: int, context: int, logit_rows: Optional[int] = None) -> int:
+    def pass_bytes(self, rows: int, context: int, logit_rows: Optional[int] = None, logit_copies: int = 1) -> int:
         """The transient activations of one pass of `rows` tokens over `context` positions: the
         larger of one layer's attention scores (float32) with its MLP (gate, up and their
-        product), and the logits of `logit_rows` rows (all by default; a prefill evaluates
-        only the cache, so none), with a few hidden states."""
+        product), and `logit_copies` arrays of the logits of `logit_rows` rows (all by
+        default; a prefill evaluates only the cache, so none), with a few hidden states."""
         scores = rows * context * self.heads * 4
         mlp = 3 * rows * self.intermediate * self.act_bytes
-        logits = (rows if logit_rows is None else logit_rows) * self.vocab * 4
+        logits = (rows if logit_rows is None else logit_rows) * self.vocab * 4 * logit_copies
         return max(scores + mlp, logits) + 4 * rows * self.hidden * self.act_bytes
 
 
@@ -202,7 +202,9 @@ def plan_loads(
     for n, b in loads.adapter_bytes.items():
         weights[f"{n} adapter"] = b
     caches = [CacheUse(target_shape)] + [CacheUse(shape_of(d), layers) for d, layers in loads.caches]
-    return plan_cell(cell, weights, caches, prompts, max_tokens, verify_rows=loads.verify_rows, **kw)
+    return plan_cell(
+        cell, weights, caches, prompts, max_tokens, verify_rows=loads.verify_rows, logit_copies=loads.logit_copies, **kw
+    )
 
 
 def plan_cell(
@@ -213,6 +215,7 @@ def plan_cell(
     max_tokens: int,
     *,
     verify_rows: int = 1,
+    logit_copies: int = 0,
     shared_prefix: int = 0,
     prefill_step: int = 512,
     budget: Tuple[Optional[int], str] = (None, "not checked"),
@@ -224,6 +227,8 @@ def plan_cell(
     caches: the models that keep a KV cache, each at every prompt.
     prompts: each prompt's length in tokens; max_tokens: the new tokens per run.
     verify_rows: the most tokens one decoding pass reads (draft length + 1; a diffusion block).
+    logit_copies: arrays of every row's logits a pass holds where the technique reads them all
+      (Loads.logit_copies); the prefill's pass then holds them too.
     shared_prefix: the longest prefix a prompt shares with an earlier one whose cache it starts
       from (core.prefill.shared_prefix); that earlier cache is held alongside.
     """
@@ -243,7 +248,11 @@ def plan_cell(
         shape = max((c.shape for c in caches), key=lambda s: s.weight_bytes)
         prefill_rows = min(prefill_step, max(longest - 1, 1))
         parts["activations: largest pass"] = (
-            max(shape.pass_bytes(prefill_rows, longest, 0), shape.pass_bytes(verify_rows, longest + max_tokens)) / GB
+            max(
+                shape.pass_bytes(prefill_rows, longest, prefill_rows if logit_copies else 0, logit_copies),
+                shape.pass_bytes(verify_rows, longest + max_tokens, None, max(1, logit_copies)),
+            )
+            / GB
         )
     return MemoryPlan(
         cell=cell,

@@ -58,7 +58,11 @@ def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
     _, head = head_loads(params, dirs)
     _, table = recycle_loads({**params, "rows": 0}, dirs)
     return dirs["model"], Loads(
-        models=head.models, caches=head.caches, verify_rows=head.verify_rows, adapter_bytes=table.adapter_bytes
+        models=head.models,
+        caches=head.caches,
+        verify_rows=head.verify_rows,
+        adapter_bytes=table.adapter_bytes,
+        logit_copies=table.logit_copies,
     )
 
 

@@ -55,12 +55,15 @@ class Loads:
       the layers cached where fewer than all (None: all).
     verify_rows: the most tokens one candidate pass reads (draft length + 1, a block).
     adapter_bytes: name -> bytes of adapter tensors loaded over a model.
+    logit_copies: float32 arrays of every row's logits that one pass holds at once, where the
+      technique reads them all (0: a prefill evaluates only the cache, as mlx-lm's does).
     """
 
     models: Dict[str, str] = field(default_factory=dict)
     caches: Sequence = ()
     verify_rows: int = 1
     adapter_bytes: Dict[str, int] = field(default_factory=dict)
+    logit_copies: int = 0
 
 
 def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:

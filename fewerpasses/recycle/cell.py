@@ -35,6 +35,11 @@ def draft_costs(
     return draft_seconds(recycling, context, ks, repeats, RecycleDrafter)
 
 
+# Every pass, the prefill's too, keeps the top-k of every row's logits (table.TableCache.write):
+# the logits, their negation and argpartition's indices are held at once.
+LOGIT_COPIES = 3
+
+
 def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
     """The target, the recycling target's own prompt cache, and the table (int32 ids and a
     written flag per row). Its rows are the vocabulary's, read from the model's config; in a
@@ -52,6 +57,7 @@ def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
         caches=[(dirs["model"], None)],
         verify_rows=int(params["num_draft"]) + 1,
         adapter_bytes={"recycled predictions table": rows * (4 * int(params["top_k"]) + 1)},
+        logit_copies=LOGIT_COPIES,
     )
 
 
