@@ -85,16 +85,24 @@ def test_a_recycling_pass_holds_the_logit_copies_its_plan_counts(target):
     rows = 400
     prompt = mx.array([[(7 * i) % 200 + 3 for i in range(rows)]], dtype=mx.uint32)
     recycling = RecyclingTarget(model, 8)
-    peaks = []
-    for m, cache in ((model, make_prompt_cache(model)), (recycling, recycling.make_cache())):
-        mx.eval(model.parameters(), [c.state for c in cache if hasattr(c, "state") and c.state])
+    mx.eval(model.parameters())
+
+    def held(m) -> int:
+        """Bytes above what was already held, at the peak of one pass over a fresh cache."""
+        cache = m.make_cache() if m is recycling else make_prompt_cache(model)
         mx.synchronize()
         mx.clear_cache()
         mx.reset_peak_memory()
         base = mx.get_active_memory()
-        mx.eval(m(prompt, cache=cache), [c.state for c in cache if c.state])
-        peaks.append(mx.get_peak_memory() - base)
-    extra = (peaks[1] - peaks[0]) / (rows * vocab * 4)  # in arrays of every row's logits
-    assert 1.5 < extra <= LOGIT_COPIES
+        mx.eval(m(prompt, cache=cache))
+        return mx.get_peak_memory() - base
+
+    # Alternated, the least of three each: a one-off allocation elsewhere counts against neither.
+    runs = [(held(model), held(recycling)) for _ in range(3)]
+    plain, table = min(r[0] for r in runs), min(r[1] for r in runs)
+    extra = (table - plain) / (rows * vocab * 4)  # in arrays of every row's logits
+    # Besides: a few [rows, top_k] arrays (the ids, their values, their order), negligible
+    # against a real vocabulary, not against this one of 300.
+    assert 1.5 < extra <= LOGIT_COPIES + 6 * 8 / vocab, runs
     _, held = loads({"num_draft": 4, "top_k": 8, "rows": 0}, {"model": str(path)})
     assert held.logit_copies == LOGIT_COPIES
