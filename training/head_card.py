@@ -48,9 +48,9 @@ def context_data(ctx: Optional[Dict]) -> str:
     if not ctx:
         return ""
     return f"""
-  Then {ctx["prompts"]} context prompts from `training/prompts/head_context.yaml` (summaries, passages,
-  extraction and role play over the target's own answers above as documents; translation of its
-  own German sentences), refused and checked in the same way, answered in the same way:
+  Then {ctx["prompts"]} context prompts from `training/prompts/head_context.yaml` (summaries, passages
+  and extraction over the target's own answers above as documents, translation of the file's
+  own German sentences, and role play), refused and checked in the same way, answered in the same way:
   {ctx["answer_tokens"]:,} answer tokens, {ctx["prompt_tokens"]:,} prompt tokens ({ctx["wall_s"] / 60:.1f} minutes).
   Corpus sha256 `{ctx["sha256"][:16]}...`."""
 
@@ -62,6 +62,7 @@ def card(head_dir: Path, cell: Optional[Dict] = None, cell_path: str = "") -> st
     c, ctx = parts[0], (parts[1] if len(parts) > 1 else None)
     last = t["epochs"][-1]
     size = (head_dir / "model.safetensors").stat().st_size
+    minutes = (sum(p["wall_s"] for p in parts) + t["feature_seconds"] + t["train_seconds"]) / 60
     s = t["settings"]
     out = f"""# {head_dir.name}
 
@@ -100,7 +101,7 @@ Rebuild, from the repository root: the target's MLX directory first; the corpus 
 where absent and its hash recorded. The seed fixes the prompts, the shuffles and the
 initialisation, so the same corpus should give these weights (sha256
 `{t["weights_sha256"][:16]}...`), though MLX's CPU kernels are not promised to sum in one order
-across versions. About an hour here, with MKL preloaded as the timing jobs preload it:
+across versions. {minutes:.0f} minutes here in all, with MKL preloaded as the timing jobs preload it:
 
 ```bash
 snakemake --cores 1 resources/models/smollm2/mlx
