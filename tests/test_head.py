@@ -248,3 +248,29 @@ def test_every_unrolled_step_is_scored_against_the_token_two_after_its_position(
         labels = mx.argmax(logits[j], -1)
         _, hits = loss_fn(head, model.model.embed_tokens, x, f, labels, 3)
         assert hits[j].item() == 10
+
+
+def test_the_head_is_scored_by_category_on_answers_it_never_trained_on(tmp_path):
+    """training/head_eval.py: the target's own greedy answers to a prompt set, scored as the
+    held-out prompts are, per category and over all; a prompt of two turns is left out."""
+    from tiny_models import write_chat_teacher
+
+    from training.head_eval import head_agreement
+
+    path = write_chat_teacher(tmp_path / "t")
+    model, _ = load(str(path))
+    save_head(random_head(model), tmp_path / "h")
+    prompt_set = tmp_path / "p.yaml"
+    prompt_set.write_text(
+        "format: chat\nprompts:\n"
+        "  - {id: a, category: x, text: Name a colour.}\n"
+        "  - {id: b, category: x, text: Name a fruit.}\n"
+        "  - {id: c, category: y, text: Count to three.}\n"
+        "  - {id: d, category: y, turns: [Say hello., Say it again.]}\n"
+    )
+    record = head_agreement(tmp_path / "h", path, prompt_set, max_tokens=6)
+    assert set(record) == {"all", "x", "y"}
+    assert record["all"]["positions"] == record["x"]["positions"] + record["y"]["positions"] > 0
+    for r in record.values():
+        assert all(0 <= v <= 1 for v in r["top1_by_step"] + r["chain_kept_by_length"])
+        assert r["chain_kept_by_length"] == sorted(r["chain_kept_by_length"], reverse=True)
