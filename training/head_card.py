@@ -109,6 +109,9 @@ LD_PRELOAD=$(python -c "from fewerpasses.core.blas import pip_mkl; print(pip_mkl
   {t["command"]}
 python -m training.head_card {head_dir}{" --cell " + cell_path if cell_path else ""}
 ```
+
+Where it misses, by category of the measured prompts (scored on the target's answers, never
+trained on, no timing): `python -m training.head_eval {head_dir} --target resources/models/smollm2/mlx`.
 """
     if cell is not None:
         out += "\n## Measured\n\n" + measured_section(cell, cell_path) + "\n"
