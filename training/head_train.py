@@ -282,9 +282,7 @@ def write_head(
     head,
     cfg,
     a,
-    corpus,
     corpus_info,
-    digest,
     train,
     held,
     answer_tokens,
@@ -365,7 +363,6 @@ def main(argv=None) -> Dict:
         {**json.loads(c.with_suffix(".json").read_text())["info"], "sha256": file_hash(c), "path": str(c)}
         for c in parts
     ]
-    digest = corpus_info[0]["sha256"]
     if a.context_prompts:
         more = sequences(context)
         if len(more) != a.context_prompts:
@@ -462,9 +459,7 @@ def main(argv=None) -> Dict:
             head,
             cfg,
             a,
-            corpus,
             corpus_info,
-            digest,
             train,
             held,
             answer_tokens,
