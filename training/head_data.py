@@ -47,15 +47,20 @@ def _normal(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+def _overlap(text: str, banned: List[str]) -> Optional[str]:
+    """The first of `banned` (normalised texts) that `text` equals, contains or is part of."""
+    low = _normal(text)
+    return next((b for b in banned if b in low or low in b), None)
+
+
 def check_disjoint(prompts: Iterable[str], measured: Iterable[str]) -> None:
     """Raise ValueError naming the first training prompt that equals, contains or is part of
     a measured text (compared case- and whitespace-insensitively)."""
     banned = [_normal(m) for m in measured if m.strip()]
     for p in prompts:
-        low = _normal(p)
-        for b in banned:
-            if low == b or b in low or low in b:
-                raise ValueError(f"training prompt {p!r} overlaps the measured text {b[:80]!r}")
+        b = _overlap(p, banned)
+        if b is not None:
+            raise ValueError(f"training prompt {p!r} overlaps the measured text {b[:80]!r}")
 
 
 def head_prompts(n: int, seed: int = 0) -> List[Dict]:
@@ -121,7 +126,7 @@ def context_prompts(first: List[Dict], answers: List[str], n: int, seed: int = 0
             }
             text = templates[rng.randrange(len(templates))].format(**fill)
             low = _normal(text)
-            if low in seen or any(b in low or low in b for b in measured):
+            if low in seen or _overlap(text, measured) is not None:
                 continue
             seen.add(low)
             out.append({"category": task, "text": text})
