@@ -274,3 +274,25 @@ def test_the_head_is_scored_by_category_on_answers_it_never_trained_on(tmp_path)
     for r in record.values():
         assert all(0 <= v <= 1 for v in r["top1_by_step"] + r["chain_kept_by_length"])
         assert r["chain_kept_by_length"] == sorted(r["chain_kept_by_length"], reverse=True)
+
+
+def test_training_builds_both_corpora_and_records_them(tmp_path):
+    """training/head_train.py end to end on a tiny chat target: the first corpus, then the
+    context corpus over its answers, each recorded with its hash; the card names both."""
+    from tiny_models import write_chat_teacher
+
+    from training.head_card import card
+    from training.head_data import file_hash
+    from training.head_train import main
+
+    target = write_chat_teacher(tmp_path / "t")
+    c1, c2, out = tmp_path / "c.npz", tmp_path / "cc.npz", tmp_path / "h"
+    args = ["--target", str(target), "--out", str(out), "--corpus", str(c1), "--context-corpus", str(c2)]
+    small = ["--prompts", "24", "--context-prompts", "10", "--max-tokens", "64", "--epochs", "1", "--draft-vocab", "64"]
+    record = main(args + small + ["--heldout", "4", "--warmup", "2"])
+    assert [(c["prompts"], c["sha256"]) for c in record["corpus"]] == [(24, file_hash(c1)), (10, file_hash(c2))]
+    assert record["train_prompts"] + record["heldout_prompts"] == 34
+    assert record["epochs"][-1]["top1_by_step"][0] > record["heldout_init"]["top1_by_step"][0]
+    text = card(out)
+    assert "Then 10 context prompts" in text and file_hash(c2)[:16] in text
+    load_head(out)  # written in the layout the pipeline loads
