@@ -106,3 +106,138 @@ def test_a_recycling_pass_holds_the_logit_copies_its_plan_counts(target):
     assert 1.5 < extra <= LOGIT_COPIES + 6 * 8 / vocab, runs
     _, held = loads({"num_draft": 4, "top_k": 8, "rows": 0}, {"model": str(path)})
     assert held.logit_copies == LOGIT_COPIES
+
+
+def test_a_tree_reads_the_rows_best_guesses_and_follows_each_one():
+    table = TableCache(rows=10, top_k=3)
+    table.table[mx.array([1, 4, 5, 7])] = mx.array([[4, 5, 0], [7, 0, 0], [8, 0, 0], [9, 0, 0]], dtype=mx.int32)
+    table.written[mx.array([1, 4, 5, 7])] = True
+    top, drafts = table.branches(1, 3, 2)
+    assert top == [4, 5] and drafts == [[4, 7, 9], [5, 8]]  # row 8 never written
+    assert table.branches(2, 3, 2) == ([], [])
+
+
+def test_a_drafter_offers_a_tree_of_the_rows_guesses_and_counts_where_the_target_stood():
+    from fewerpasses.recycle.draft import RecycleDrafter
+
+    table = TableCache(rows=10, top_k=3)
+    table.table[mx.array([1, 4, 5, 7, 8])] = mx.array([[4, 5, 0], [7, 0, 0], [8, 0, 0], [9, 0, 0], [2, 0, 0]])
+    table.written[mx.array([1, 4, 5, 7, 8])] = True
+    drafter = RecycleDrafter([3, 1])
+    drafter.bind([table])
+    (chain, s0), (other, s1) = drafter.branches(3)
+    assert chain == drafter.continuation(3) == [4, 7, 9] and other == [5, 8, 2]
+    assert s0 == s1 == 1 / 3  # the prior alone: one count per rank and one for neither
+    drafter.append(5)  # the target took the second guess
+    assert drafter.ranks.shares() == [1 / 4, 2 / 4]
+    drafter.append(8)  # no draft read since: nothing counted
+    assert drafter.ranks.shares() == [1 / 4, 2 / 4]
+    table.written[8] = False
+    drafter.append(1)
+    assert drafter.branches(3) == [([4, 7, 9], 1 / 4), ([5, 8], 2 / 4)]  # row 8 unwritten: [5, 8]
+
+
+def test_memory_across_prompts_hands_on_other_prompts_own_rows_never_the_prompts_own():
+    from fewerpasses.recycle.draft import TableMemory
+
+    def table_with(rows):
+        t = TableCache(rows=10, top_k=1)
+        for row, value in rows.items():
+            t.write(mx.array([row]), mx.eye(10)[value][None])
+        return t
+
+    log = []
+    memory = TableMemory(log)
+    a = table_with({1: 2, 3: 4})
+    memory.start((0,), a)  # prompt A's first run: nothing to inherit
+    a.write(mx.array([5]), mx.eye(10)[6][None])  # ... and what its decoding wrote
+    b = table_with({3: 7})
+    memory.start((1,), b)  # prompt B: A's rows where B has none of its own
+    assert b.table[:, 0].tolist()[1:6] == [2, 0, 7, 0, 6] and b.own.tolist()[1:6] == [False, False, True] + [False] * 2
+    a2 = table_with({9: 9})
+    memory.start((0,), a2)  # A again: B's own row only, none of A's earlier run's
+    assert a2.written.tolist() == [False] * 3 + [True] + [False] * 5 + [True]
+    assert a2.table[3, 0].item() == 7
+    assert log == [{"prompts": 0, "rows": 0}, {"prompts": 1, "rows": 2}, {"prompts": 1, "rows": 1}]
+
+
+def test_recycling_with_memory_and_trees_keeps_plain_decodings_tokens(target):
+    from mlx_lm.models.cache import KVCache
+
+    from fewerpasses.lookup.tree import can_branch
+
+    _, model = target
+    recycling = RecyclingTarget(model, top_k=4)
+    assert can_branch(recycling.make_cache()) and not can_branch([TableCache(4, 2), object()])
+    assert all(type(c) is KVCache for c in recycling.make_cache()[:-1])
+    log, trees = [], []
+    policy = DraftPolicy(num_draft=4, max_ngram=1, min_ngram=1, branches=2)
+    stream = recycle_stream(recycling, 32, policy, "set", log, trees)
+    prompts = ([5, 9, 14, 3], [7, 7, 7, 7, 7, 2], list(range(40, 80)))
+    for prompt in prompts * 2:
+        p = mx.array(prompt, dtype=mx.uint32)
+        want = timed_generation(lambda: plain_stream(model, p, 32), len(prompt)).tokens
+        assert timed_generation(lambda: stream(p), len(prompt)).tokens == want
+    # Without the cost gate every offered tree is verified; the later runs inherit others' rows.
+    assert trees and all(len(r["branches"]) == 2 for r in trees)
+    assert [r["prompts"] for r in log] == [0, 1, 2, 2, 2, 2] and all(r["rows"] > 0 for r in log[1:])
+    with pytest.raises(ValueError, match="memory must be one of"):
+        recycle_stream(recycling, 32, policy, "all")
+
+
+@pytest.mark.parametrize("memory,branches", [("prompt", 1), ("set", 2)])
+def test_a_recycle_cell_is_lossless_and_says_what_its_memory_held_and_its_trees_did(target, repo, memory, branches):
+    from fewerpasses.measure.reference import reference_outputs
+    from fewerpasses.recycle.cell import candidate_from_cell, recycle_cell
+
+    path, model = target
+    prompts = repo / "config/prompts/stdlib_code.yaml"
+    ref = reference_outputs(path, prompts, 16, "tiny")
+    cell = recycle_cell(
+        path, ref, prompts, model_name="tiny", num_draft=3, top_k=4, rows=0, cost_gate=True, max_tokens=16,
+        repeats=2, warmup=1, cost_repeats=1, memory=memory, branches=branches,
+    )  # fmt: skip
+    assert cell["lossless"] and cell["memory"] == memory and cell["branches"] == branches
+    n, held = len(cell["per_prompt"]), cell["memory_runs"]
+    assert len(held) == 1 + 2 * n  # the warm-up's run, then every timed run in order
+    if memory == "prompt":
+        assert all(h == {"prompts": 0, "rows": 0} for h in held)
+        assert "tree" not in cell and "tree_seconds" not in cell["verify_costs"]
+    else:
+        # Never its own prompt's rows: a prompt's repeats run together, so both of prompt i's
+        # runs inherit from the i prompts before it (the warm-up ran prompt 0 first).
+        assert [h["prompts"] for h in held[1:]] == [i for i in range(n) for _ in range(2)]
+        assert set(cell["verify_costs"]["tree_seconds"]) == {"1", "2", "3", "4"}
+        assert cell["tree"]["rounds"] >= 0 and "pass_against_chain" in cell["tree"]
+    make = candidate_from_cell(model, cell, 16, {})
+    prompt = mx.array([7, 8, 9, 10, 11, 7, 8, 9], dtype=mx.uint32)
+    assert (
+        timed_generation(lambda: make(prompt), 8).tokens
+        == timed_generation(lambda: plain_stream(model, prompt, 16), 8).tokens
+    )
+
+
+def test_the_grid_and_its_rows():
+    from fewerpasses.recycle.technique import grid, rows
+
+    config = {"recycle": {"models": ["m"], "draft_lengths": [4], "memory": ["prompt", "set"], "branches": [1, 2]}}
+    assert len(grid(config)) == 4 and {(w["memory"], w["branches"]) for w in grid(config)} == {
+        ("prompt", "1"), ("prompt", "2"), ("set", "1"), ("set", "2"),
+    }  # fmt: skip
+    base = {"top_k": 8, "num_draft": 4, "cost_gate": True}
+    cells = [
+        {**base, "memory": "prompt", "branches": 1, "speedup": 1.1},
+        {**base, "memory": "set", "branches": 1, "speedup": 1.3},
+        {**base, "memory": "prompt", "branches": 2, "speedup": 1.0},
+    ]
+    names = [(n, c["speedup"]) for n, _, c in rows("m", cells)]
+    assert names == [
+        ("recycled predictions (best)", 1.1),
+        ("recycled predictions, memory across prompts", 1.3),
+        ("recycled predictions, trees of 2", 1.0),
+    ]
+    # Cells written before the axes: chains without memory.
+    assert rows("m", [{**base, "speedup": 0.9}])[0][:2] == (
+        "recycled predictions (best)",
+        "top-8 table, chains k<=4, cost-gated",
+    )

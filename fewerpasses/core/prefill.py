@@ -101,11 +101,16 @@ class PromptCaches:
 
 def batch_copy(cache: Sequence, width: int) -> List:
     """`width` copies of a list of KVCaches' filled positions, as one batch of that many rows
-    (the branches of a draft tree, each decoding from the same prefix)."""
+    (the branches of a draft tree, each decoding from the same prefix). A positionless cache
+    that the branches share (`shared_across_branches`, a recycled-predictions table) is
+    passed through as it is."""
     from mlx_lm.models.cache import KVCache
 
     out = []
     for c in cache:
+        if getattr(c, "shared_across_branches", False):
+            out.append(c)
+            continue
         t = KVCache()
         if c.keys is not None and c.offset:
             t.keys = mx.repeat(c.keys[..., : c.offset, :], width, axis=0)

@@ -3,7 +3,7 @@ one (max n-gram, draft length), every token checked against the reference."""
 
 import statistics
 from dataclasses import replace
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..core.models import weight_gb
 from ..measure.cell import Candidate, Loads, loads, run_cell
@@ -167,6 +167,27 @@ def run_drafting_cell(
         ),
     }
     return result
+
+
+def tree_record(rounds: List[Dict], verify_costs: Dict) -> Dict:
+    """What the draft trees did, over every run of the cell (its warm-up included): how many
+    rounds verified two branches, how often the second one was kept and the tokens it added
+    over the first, and what a tree's pass cost against a chain's of its first branch (the
+    pass the round would have run without it), in seconds at the measured costs."""
+    chain = {int(k): v for k, v in verify_costs["seconds"].items()}
+    tree = {int(k): v for k, v in verify_costs.get("tree_seconds", {}).items()}
+    plain = verify_costs["plain_token_seconds"]
+    gained = sum(r["accepted"][r["chosen"]] - r["accepted"][0] for r in rounds)
+    extra = sum(tree[max(r["branches"]) + 1] - chain[r["branches"][0] + 1] for r in rounds)
+    return {
+        "rounds": len(rounds),
+        "second_branch_kept": sum(r["chosen"] != 0 for r in rounds),
+        "tokens_over_first_branch": gained,
+        # Each token the second branch added saves about one plain token's time.
+        "seconds_saved": gained * plain,
+        "seconds_added": extra,
+        "pass_against_chain": {str(k): tree[k] / chain[k] for k in sorted(tree) if k in chain},
+    }
 
 
 def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):

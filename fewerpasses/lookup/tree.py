@@ -28,8 +28,9 @@ from ..measure.costs import expected_tokens
 
 
 def can_branch(cache: Sequence) -> bool:
-    """Branches need plain KV caches (a quantized or rotating cache cannot be copied so)."""
-    return all(type(c) is KVCache for c in cache)
+    """Branches need plain KV caches (a quantized or rotating cache cannot be copied so), and
+    beside them only caches the branches share (core.prefill.batch_copy)."""
+    return all(type(c) is KVCache or getattr(c, "shared_across_branches", False) for c in cache)
 
 
 def verify_branches(model: nn.Module, cache: Sequence[KVCache], token: int, branches: Sequence[Sequence[int]]):
@@ -55,6 +56,8 @@ def commit(cache: Sequence[KVCache], tmp: Sequence[KVCache], b: int, n: int) -> 
     """Append branch b's first n positions (the token and its accepted drafts) to the cache."""
     start = cache[0].offset
     for c, t in zip(cache, tmp):
+        if t is c:  # shared by the branches: already written
+            continue
         c.update_and_fetch(t.keys[b : b + 1, :, start : start + n, :], t.values[b : b + 1, :, start : start + n, :])
 
 

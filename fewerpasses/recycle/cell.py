@@ -2,28 +2,49 @@
 from the model's own earlier top-k predictions (recycle/table.py), every token checked
 against the reference. The verify curve is measured on the recycling target (each pass also
 takes its top-k), and the chain's own cost per length beside it (`verify_costs.draft_seconds`).
-Memory across prompts is not offered: a table kept across a cell's runs would hold the
-prompt's own earlier answer. Each run starts from the table its prompt's prefill wrote."""
 
-from typing import Dict, Sequence, Tuple
+Each run starts from the table its prompt's prefill wrote. With memory across prompts
+(`memory="set"`, the axis suffix drafting defines) it also inherits the rows the set's other
+prompts' latest runs wrote in this cell (warm-up included), never its own prompt's earlier
+runs': those hold its own answer. Each timed run records what it inherited (`memory_runs`).
+With `branches` 2, rounds may verify a draft tree of the row's two best guesses, where the
+cost gate finds that it pays (recycle/draft.py); the cell then records what its trees did."""
 
-from ..lookup.cell import costs_of, gated, run_drafting_cell
+from typing import Dict, List, Sequence, Tuple
+
+from ..lookup.cell import costs_of, gated, run_drafting_cell, tree_record
 from ..lookup.draft import DraftPolicy
 from ..lookup.loop import lookup_stream
 from ..measure.cell import Loads
 from ..measure.costs import draft_seconds
-from .draft import RecycleDrafter
+from .draft import RecycleDrafter, TableMemory
 from .table import RecyclingTarget
 
-
-def _policy(num_draft: int) -> DraftPolicy:
-    return DraftPolicy(num_draft=num_draft, max_ngram=1, min_ngram=1)
+MEMORIES = ("prompt", "set")
 
 
-def recycle_stream(recycling: RecyclingTarget, max_tokens: int, policy: DraftPolicy):
+def _policy(num_draft: int, branches: int = 1) -> DraftPolicy:
+    return DraftPolicy(num_draft=num_draft, max_ngram=1, min_ngram=1, branches=branches)
+
+
+def recycle_stream(
+    recycling: RecyclingTarget, max_tokens: int, policy: DraftPolicy, memory: str = "prompt", log=None, trees=None
+):
+    """`prompt -> TokenStream` drafting from the table; with `memory="set"` each run inherits
+    the other prompts' rows (`TableMemory`), `log` gets what each run inherited, `trees`
+    every draft tree's round."""
+    if memory not in MEMORIES:
+        raise ValueError(f"memory must be one of {MEMORIES}, got {memory!r}")
+    kept = TableMemory(log) if memory == "set" else None
+
     def stream(prompt, caches=None):
-        index = lambda tokens, _: RecycleDrafter(tokens)  # noqa: E731
-        return lookup_stream(recycling, prompt, max_tokens, policy, caches, index=index)
+        if kept is None and log is not None:
+            log.append({"prompts": 0, "rows": 0})
+        index = lambda tokens, _: RecycleDrafter(tokens, kept)  # noqa: E731
+        out = lookup_stream(recycling, prompt, max_tokens, policy, caches, index=index)
+        if trees is not None:
+            out.tree_rounds = trees  # every run's rounds in one list
+        return out
 
     return stream
 
@@ -41,8 +62,9 @@ LOGIT_COPIES = 3
 
 
 def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
-    """The target, the recycling target's own prompt cache, and the table (int32 ids and a
-    written flag per row). Its rows are the vocabulary's, read from the model's config; in a
+    """The target, the recycling target's own prompt cache, and the table (int32 ids and two
+    flags per row: written, and written by this prompt). Memory across prompts adds each
+    prompt's own rows, a few hundred per prompt, not counted. Its rows are the vocabulary's, read from the model's config; in a
     plan made before the model is fetched, only `rows` if set (a table is megabytes, against
     gigabytes of weights)."""
     from pathlib import Path
@@ -56,7 +78,7 @@ def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
     return dirs["model"], Loads(
         caches=[(dirs["model"], None)],
         verify_rows=int(params["num_draft"]) + 1,
-        adapter_bytes={"recycled predictions table": rows * (4 * int(params["top_k"]) + 1)},
+        adapter_bytes={"recycled predictions table": rows * (4 * int(params["top_k"]) + 2)},
         logit_copies=LOGIT_COPIES,
     )
 
@@ -75,15 +97,26 @@ def recycle_cell(
     repeats: int,
     warmup: int,
     cost_repeats: int = 5,
+    memory: str = "prompt",
+    branches: int = 1,
 ) -> Dict:
-    """Run one recycled-predictions cell and return its JSON (measure.results)."""
-    policy = _policy(num_draft)
+    """Run one recycled-predictions cell and return its JSON (measure.results), with what each
+    run's memory held and, with `branches` 2, what its draft trees did (`tree`)."""
+    if memory not in MEMORIES:
+        raise ValueError(f"memory must be one of {MEMORIES}, got {memory!r}")
+    policy = _policy(num_draft, branches)
     settings = {
         "technique": "recycle",
         "target": model_name,
-        "draft_source": {"kind": "the model's own earlier top-k predictions", "name": "-"},
+        "draft_source": {
+            "kind": "the model's own earlier top-k predictions"
+            + ("" if memory == "prompt" else ", other prompts' runs' too"),
+            "name": "-",
+        },
         "engine": "ours",
         "num_draft": num_draft,
+        "memory": memory,
+        "branches": branches,
         "top_k": top_k,
         "rows": rows,
         "cost_gate": cost_gate,
@@ -92,10 +125,14 @@ def recycle_cell(
         "warmup": warmup,
     }
 
-    def make_stream(recycling, costs):
-        return recycle_stream(recycling, max_tokens, gated(policy, costs) if cost_gate else policy)
+    memory_runs: List[Dict] = []
+    tree_rounds: List[Dict] = []
 
-    return run_drafting_cell(
+    def make_stream(recycling, costs):
+        run = gated(policy, costs) if cost_gate else policy
+        return recycle_stream(recycling, max_tokens, run, memory, memory_runs, tree_rounds)
+
+    result = run_drafting_cell(
         model_path,
         reference,
         prompt_set_path,
@@ -106,11 +143,20 @@ def recycle_cell(
         runs_on=lambda model: RecyclingTarget(model, top_k, rows or None),
         draft_costs=draft_costs,
         loads_of=loads({"num_draft": num_draft, "top_k": top_k, "rows": rows}, {"model": str(model_path)})[1],
+        tree=branches > 1,
     )
+    # In call order: the warm-up's run first, then each timed run as the pairs ran.
+    result["memory_runs"] = memory_runs
+    if branches > 1:
+        result["tree"] = tree_record(tree_rounds, result["verify_costs"])
+    return result
 
 
 def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
-    policy = _policy(cell["num_draft"])
+    """The candidate a finished cell ran, for other prompts (the question set): with memory
+    across prompts, each question inherits the rows of the questions run before it."""
+    policy = _policy(cell["num_draft"], cell.get("branches", 1))
     if cell.get("cost_gate"):
         policy = gated(policy, costs_of(cell["verify_costs"]))
-    return recycle_stream(RecyclingTarget(model, cell["top_k"], cell["rows"] or None), max_tokens, policy)
+    recycling = RecyclingTarget(model, cell["top_k"], cell["rows"] or None)
+    return recycle_stream(recycling, max_tokens, policy, cell.get("memory", "prompt"))

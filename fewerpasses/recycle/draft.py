@@ -1,26 +1,84 @@
 """Drafting from recycled predictions on prompt lookup's loop (lookup/loop.py): a chain from
 the last emitted token through the table's best guesses (recycle/table.py), reading no
-weights. The cost gate sizes each draft at the recent acceptance."""
+weights. The cost gate sizes each draft at the recent acceptance.
 
-from typing import List
+As a draft tree (the loop's `branches` hook), a round may verify two chains at once: the
+first starting with the row's best guess, the second with its second-best. Whether that pays
+is the loop's cost gate's call, from the chance that the second guess is right where the
+first is wrong: `RankCounts` counts, over the rounds drafted so far, at which rank of the row
+read the token the target chose stood.
+
+With memory across prompts (`TableMemory`), a run's table starts from the rows other prompts'
+runs wrote, never from its own prompt's earlier runs."""
+
+from typing import Dict, List, Optional, Tuple
 
 from .table import TableCache
+
+
+class RankCounts:
+    """How often the target's token stood at each rank of the row a draft was read from (the
+    last rank: in none of them), with one prior count per rank so that a first tree is
+    neither ruled out nor taken for certain."""
+
+    def __init__(self, ranks: int):
+        self.counts = [1] * (ranks + 1)
+
+    def add(self, row: List[int], token: int) -> None:
+        self.counts[row.index(token) if token in row else len(self.counts) - 1] += 1
+
+    def shares(self) -> List[float]:
+        total = sum(self.counts)
+        return [c / total for c in self.counts[:-1]]
+
+
+class TableMemory:
+    """The rows each prompt's latest run wrote (its prefill's and its decoding's), in the order
+    the runs started; a new run inherits every other prompt's. `log` gets, for each run, how
+    many prompts' rows it inherited and how many rows that filled."""
+
+    def __init__(self, log: Optional[List[Dict]] = None):
+        self.tables: Dict[tuple, TableCache] = {}
+        self.rows: Dict[tuple, tuple] = {}  # a finished run's own rows, read once
+        self.log = log
+
+    def start(self, key: tuple, table: TableCache) -> None:
+        others = [k for k in self.tables if k != key]
+        for k in others:
+            if k not in self.rows:  # that run has ended: a later one has started
+                self.rows[k] = self.tables[k].own_rows()
+        before = int(table.written.sum().item())
+        table.inherit([self.rows[k] for k in others])
+        if self.log is not None:
+            self.log.append({"prompts": len(others), "rows": int(table.written.sum().item()) - before})
+        self.tables.pop(key, None)
+        self.rows.pop(key, None)
+        self.tables[key] = table
 
 
 class RecycleDrafter:
     """The loop's draft index over the table in the loop's cache."""
 
-    def __init__(self, tokens: List[int]):
+    def __init__(self, tokens: List[int], memory: Optional[TableMemory] = None, ranks: Optional[RankCounts] = None):
+        self.key = tuple(tokens)
         self.last = int(tokens[-1])
         self.table: TableCache = None
+        self.memory = memory
+        self.ranks = ranks if ranks is not None else RankCounts(2)
+        self._row: Optional[List[int]] = None  # the row the pending draft was read from
 
     def bind(self, cache: List) -> None:
         found = [c for c in cache if isinstance(c, TableCache)]
         if not found:
             raise ValueError("recycled predictions draft over a recycling target's cache (RecyclingTarget.make_cache)")
         self.table = found[0]
+        if self.memory is not None:
+            self.memory.start(self.key, self.table)
 
     def append(self, token: int) -> None:
+        if self._row is not None:
+            self.ranks.add(self._row, int(token))
+            self._row = None
         self.last = int(token)
 
     def may_draft(self) -> bool:
@@ -32,3 +90,19 @@ class RecycleDrafter:
         if limit <= 0 or self.table is None:
             return []
         return self.table.chain(self.last, limit)
+
+    def branches(self, limit: int, width: int = 2) -> List[Tuple[List[int], float]]:
+        """The draft tree's candidates: a chain from each of the row's best `width` guesses,
+        each with its first guess's measured chance (`RankCounts`); the first is the chain
+        `continuation` drafts, the others no longer than it. (A shorter branch is padded in
+        the tree's pass; its pads' rows are written as a refused draft's are, with the
+        model's prediction in a context it did not take.)"""
+        if limit <= 0 or self.table is None:
+            return []
+        top, drafts = self.table.branches(self.last, limit, width)
+        if not drafts:
+            return []
+        self._row = top[: len(self.ranks.counts) - 1]
+        shares = self.ranks.shares()
+        n = len(drafts[0])
+        return [(d[:n], shares[b] if b < len(shares) else 0.0) for b, d in enumerate(drafts)]

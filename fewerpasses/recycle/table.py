@@ -8,32 +8,43 @@ occurrences of the token overwrite the row, so it holds what the model last pred
 it. The table lives in the cache list (`TableCache`, after the target's caches), so a
 prefilled prompt's copy carries the table its prefill wrote and each run starts from it. A
 trim leaves the table as it is: refused drafts' rows are the model's real predictions after
-those tokens, as in Token Recycling.
+those tokens, as in Token Recycling. A draft tree's branches (lookup/tree.py) share the one
+table: each branch's rows are written as a chain's would be.
+
+Memory across prompts (recycle/cell.py) starts a run's table from rows that other prompts'
+runs wrote; `own` marks the rows this prompt's passes wrote, so that what a run hands on is
+its own predictions only, never rows it inherited.
 """
 
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 from mlx_lm.models.cache import _BaseCache
 
 
 class TableCache(_BaseCache):
-    """The table: `rows` x `top_k` token ids (row t: the model's top-k after token t), and
-    which rows have been written. Positionless: a trim keeps it."""
+    """The table: `rows` x `top_k` token ids (row t: the model's top-k after token t), which
+    rows have been written, and which of them by this prompt's own passes (`own`).
+    Positionless: a trim keeps it, and a draft tree's branches share it."""
+
+    # A draft tree's batch copy (core.prefill.batch_copy) passes this cache through as it is.
+    shared_across_branches = True
 
     def __init__(self, rows: int, top_k: int):
         self.table = mx.zeros((rows, top_k), dtype=mx.int32)
         self.written = mx.zeros((rows,), dtype=mx.bool_)
+        self.own = mx.zeros((rows,), dtype=mx.bool_)
         self.offset = 0  # never read for positions; present for code that reads cache[i].offset
 
     @property
     def state(self):
-        return [self.table, self.written]
+        return [self.table, self.written, self.own]
 
     @state.setter
     def state(self, v):
-        self.table, self.written = v
+        self.table, self.written, self.own = v
 
     def is_trimmable(self) -> bool:
         return True
@@ -46,11 +57,12 @@ class TableCache(_BaseCache):
 
     @property
     def nbytes(self) -> int:
-        return self.table.nbytes + self.written.nbytes
+        return self.table.nbytes + self.written.nbytes + self.own.nbytes
 
     def write(self, tokens: mx.array, logits: mx.array) -> None:
         """Rows of `tokens` ([L]) := the top-k ids of `logits` ([L, V]), best first; a token
-        read twice in one pass keeps one of its positions' (which one, the scatter decides)."""
+        read twice in one pass keeps one of its positions' (which one, the scatter decides).
+        The rows become this prompt's own."""
         rows, k = self.table.shape
         keep = tokens < rows
         top = mx.argpartition(-logits, kth=k - 1, axis=-1)[:, :k]
@@ -60,8 +72,57 @@ class TableCache(_BaseCache):
         # Where a token is past the table (keep false), row 0 keeps its own value.
         top = mx.where(keep[:, None], top, self.table[idx])
         written = mx.where(keep, True, self.written[idx])
+        own = mx.where(keep, True, self.own[idx])
         self.table[idx] = top
         self.written[idx] = written
+        self.own[idx] = own
+
+    def own_rows(self):
+        """The rows this prompt's passes wrote, as (ids, their top-k), host arrays: what a run
+        hands on to other prompts' runs."""
+        ids = np.flatnonzero(np.array(self.own))
+        return ids, np.array(self.table)[ids]
+
+    def inherit(self, written: Sequence) -> None:
+        """Fill the rows this prompt has not written from other prompts' rows, each an
+        (ids, top-k) pair from `own_rows`, later pairs over earlier ones."""
+        table, have = np.array(self.table), np.array(self.written)
+        own = np.array(self.own)
+        for ids, top in written:
+            free = ~own[ids]
+            table[ids[free]] = top[free]
+            have[ids[free]] = True
+        self.table, self.written = mx.array(table), mx.array(have)
+
+    def branches(self, token: int, length: int, width: int) -> Tuple[List[int], List[List[int]]]:
+        """Row `token`'s best `width` guesses (none if the row was never written), and a draft
+        of at most `length` tokens from each: draft b starts with the b-th guess and follows
+        the best guesses after it, stopping at a row never written. One evaluation reads all."""
+        rows, k = self.table.shape
+        if token >= rows or length <= 0:
+            return [], []
+        width = min(width, k)
+        first = self.table[token, :width]
+        reads, cur = [self.written[token], first], first
+        for _ in range(length - 1):
+            at = mx.minimum(cur, rows - 1)
+            reads.append((cur < rows) & self.written[at])
+            cur = self.table[at, 0]
+            reads.append(cur)
+        mx.eval(*reads)
+        values = [r.tolist() for r in reads]
+        if not values[0]:
+            return [], []
+        top = [int(t) for t in values[1]]
+        drafts = []
+        for b in range(width):
+            draft = [top[b]]
+            for i in range(2, len(values), 2):
+                if not values[i][b]:
+                    break
+                draft.append(int(values[i + 1][b]))
+            drafts.append(draft)
+        return top, drafts
 
     def chain(self, token: int, length: int) -> List[int]:
         """`length` tokens following the table's best guesses from `token`, stopping at a row
@@ -112,6 +173,7 @@ class RecyclingTarget(nn.Module):
             raise ValueError("a recycling target runs with its own cache (make_cache): the target's, then the table")
         logits = self.target(inputs, cache=list(cache[:-1]))
         table: TableCache = cache[-1]
-        table.write(inputs[0], logits[0])
+        # Every row of the batch (a draft tree's branches, which share the table) is written.
+        table.write(inputs.reshape(-1), logits.reshape(-1, logits.shape[-1]))
         mx.async_eval(table.table, table.written)
         return logits

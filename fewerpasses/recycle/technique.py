@@ -1,5 +1,6 @@
 """Recycled predictions in the technique registry: config section `recycle` (models, draft
-lengths, the table's top-k and rows); its cell rule is `recycle_cell` (rules/recycle.smk)."""
+lengths, memory across prompts, branches, the table's top-k and rows); its cell rule is
+`recycle_cell` (rules/recycle.smk)."""
 
 from typing import Dict, List
 
@@ -12,13 +13,21 @@ def _section(config: Dict) -> Dict:
 
 def grid(config: Dict) -> List[Dict[str, str]]:
     s = _section(config)
-    return [{"model": m, "draft": str(k)} for m in s.get("models", []) for k in s["draft_lengths"]]
+    return [
+        {"model": m, "draft": str(k), "memory": memory, "branches": str(b)}
+        for m in s.get("models", [])
+        for k in s["draft_lengths"]
+        for memory in s.get("memory", ["prompt"])
+        for b in s.get("branches", [1])
+    ]
 
 
 def params(wildcards, config: Dict) -> Dict:
     s = _section(config)
     return {
         "num_draft": int(wildcards.draft),
+        "memory": wildcards.memory,
+        "branches": int(wildcards.branches),
         "top_k": s["top_k"],
         "rows": s["rows"],
         "cost_gate": s["cost_gate"],
@@ -28,12 +37,27 @@ def params(wildcards, config: Dict) -> Dict:
 
 def label(cell: Dict) -> str:
     gate = ", cost-gated" if cell.get("cost_gate") else ""
-    return f"top-{cell['top_k']} table, chains k<={cell['num_draft']}{gate}"
+    shape = "trees of 2" if cell.get("branches", 1) > 1 else "chains"
+    memory = ", with memory across prompts" if cell.get("memory", "prompt") == "set" else ""
+    return f"top-{cell['top_k']} table, {shape} k<={cell['num_draft']}{gate}{memory}"
 
 
 def rows(target: str, cells: List[Dict], earlier=None):
-    b = best(cells)
-    return [("recycled predictions (best)", label(b), b)] if b else []
+    """Its best chain without memory across prompts, and apart (so that rows without memory
+    stay comparable, and to show what a tree adds or costs) its best with memory, with trees,
+    and with both."""
+    kinds = (
+        ("prompt", 1, "recycled predictions (best)"),
+        ("set", 1, "recycled predictions, memory across prompts"),
+        ("prompt", 2, "recycled predictions, trees of 2"),
+        ("set", 2, "recycled predictions, trees of 2, memory across prompts"),
+    )
+    out = []
+    for memory, branches, name in kinds:
+        b = best([c for c in cells if c.get("memory", "prompt") == memory and c.get("branches", 1) == branches])
+        if b is not None:
+            out.append((name, label(b), b))
+    return out
 
 
 TECHNIQUE = Technique(
