@@ -203,7 +203,15 @@ def plan_loads(
         weights[f"{n} adapter"] = b
     caches = [CacheUse(target_shape)] + [CacheUse(shape_of(d), layers) for d, layers in loads.caches]
     return plan_cell(
-        cell, weights, caches, prompts, max_tokens, verify_rows=loads.verify_rows, logit_copies=loads.logit_copies, **kw
+        cell,
+        weights,
+        caches,
+        prompts,
+        max_tokens,
+        verify_rows=loads.verify_rows,
+        logit_copies=loads.logit_copies,
+        tree_width=loads.tree_width,
+        **kw,
     )
 
 
@@ -216,6 +224,7 @@ def plan_cell(
     *,
     verify_rows: int = 1,
     logit_copies: int = 0,
+    tree_width: int = 1,
     shared_prefix: int = 0,
     prefill_step: int = 512,
     budget: Tuple[Optional[int], str] = (None, "not checked"),
@@ -229,6 +238,8 @@ def plan_cell(
     verify_rows: the most tokens one decoding pass reads (draft length + 1; a diffusion block).
     logit_copies: arrays of every row's logits a pass holds where the technique reads them all
       (Loads.logit_copies); the prefill's pass then holds them too.
+    tree_width: the branches of a draft tree's pass (lookup/tree.py): that many copies of the
+      KV cache beside it, and that many rows of verify_rows tokens in the pass.
     shared_prefix: the longest prefix a prompt shares with an earlier one whose cache it starts
       from (core.prefill.shared_prefix); that earlier cache is held alongside.
     """
@@ -242,6 +253,10 @@ def plan_cell(
     parts[f"KV caches: prompt of {longest} tokens and one run's copy"] = (
         sum(c.shape.kv_bytes(master + copy, c.layers) for c in caches) / GB
     )
+    if tree_width > 1:
+        parts[f"KV caches: a draft tree's {tree_width} branch copies"] = (
+            tree_width * sum(c.shape.kv_bytes(longest + max_tokens, c.layers) for c in caches) / GB
+        )
     if shared_prefix:
         parts["KV caches: the shared prefix's prompt"] = sum(c.shape.kv_bytes(master, c.layers) for c in caches) / GB
     if caches:
@@ -250,7 +265,7 @@ def plan_cell(
         parts["activations: largest pass"] = (
             max(
                 shape.pass_bytes(prefill_rows, longest, prefill_rows if logit_copies else 0, logit_copies),
-                shape.pass_bytes(verify_rows, longest + max_tokens, None, max(1, logit_copies)),
+                shape.pass_bytes(verify_rows * tree_width, longest + max_tokens, None, max(1, logit_copies)),
             )
             / GB
         )

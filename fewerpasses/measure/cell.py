@@ -57,6 +57,8 @@ class Loads:
     adapter_bytes: name -> bytes of adapter tensors loaded over a model.
     logit_copies: float32 arrays of every row's logits that one pass holds at once, where the
       technique reads them all (0: a prefill evaluates only the cache, as mlx-lm's does).
+    tree_width: the branches a draft tree's pass verifies at once (lookup/tree.py), each row
+      over its own copy of the KV cache (1: chains only).
     """
 
     models: Dict[str, str] = field(default_factory=dict)
@@ -64,13 +66,16 @@ class Loads:
     verify_rows: int = 1
     adapter_bytes: Dict[str, int] = field(default_factory=dict)
     logit_copies: int = 0
+    tree_width: int = 1
 
 
 def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
     """(the target's directory, what else the cell holds) for a cell whose candidate runs on
-    the target alone: passes of up to `num_draft` + 1 tokens. `dirs`: the cell's model
-    inputs, by input name. A technique that loads more names its own (Technique.loads)."""
-    return dirs["model"], Loads(verify_rows=int(params.get("num_draft") or 0) + 1)
+    the target alone: passes of up to `num_draft` + 1 tokens, in `branches` rows where it
+    verifies draft trees. `dirs`: the cell's model inputs, by input name. A technique that
+    loads more names its own (Technique.loads)."""
+    rows, width = int(params.get("num_draft") or 0) + 1, int(params.get("branches") or 1)
+    return dirs["model"], Loads(verify_rows=rows, tree_width=width)
 
 
 def cell_memory_plan(

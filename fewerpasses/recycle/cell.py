@@ -78,6 +78,7 @@ def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
     return dirs["model"], Loads(
         caches=[(dirs["model"], None)],
         verify_rows=int(params["num_draft"]) + 1,
+        tree_width=int(params.get("branches") or 1),
         adapter_bytes={"recycled predictions table": rows * (4 * int(params["top_k"]) + 2)},
         logit_copies=LOGIT_COPIES,
     )
@@ -142,7 +143,9 @@ def recycle_cell(
         cost_repeats=cost_repeats,
         runs_on=lambda model: RecyclingTarget(model, top_k, rows or None),
         draft_costs=draft_costs,
-        loads_of=loads({"num_draft": num_draft, "top_k": top_k, "rows": rows}, {"model": str(model_path)})[1],
+        loads_of=loads(
+            {"num_draft": num_draft, "top_k": top_k, "rows": rows, "branches": branches}, {"model": str(model_path)}
+        )[1],
         tree=branches > 1,
     )
     # In call order: the warm-up's run first, then each timed run as the pairs ran.
