@@ -239,7 +239,7 @@ def plan_cell(
     logit_copies: arrays of every row's logits a pass holds where the technique reads them all
       (Loads.logit_copies); the prefill's pass then holds them too.
     tree_width: the branches of a draft tree's pass (lookup/tree.py): that many copies of the
-      KV cache beside it, and that many rows of verify_rows tokens in the pass.
+      largest KV cache beside it, and that many rows of verify_rows tokens in the pass.
     shared_prefix: the longest prefix a prompt shares with an earlier one whose cache it starts
       from (core.prefill.shared_prefix); that earlier cache is held alongside.
     """
@@ -253,9 +253,13 @@ def plan_cell(
     parts[f"KV caches: prompt of {longest} tokens and one run's copy"] = (
         sum(c.shape.kv_bytes(master + copy, c.layers) for c in caches) / GB
     )
-    if tree_width > 1:
+    if tree_width > 1 and caches:
+        # Each copy holds the filled positions, then grows by a whole step in the tree's pass;
+        # the filled buffer is held until the grown one is written. One cache is branched.
+        filled = longest + max_tokens
+        grown = kv_capacity([verify_rows], filled, filled)
         parts[f"KV caches: a draft tree's {tree_width} branch copies"] = (
-            tree_width * sum(c.shape.kv_bytes(longest + max_tokens, c.layers) for c in caches) / GB
+            tree_width * max(c.shape.kv_bytes(filled + grown, c.layers) for c in caches) / GB
         )
     if shared_prefix:
         parts["KV caches: the shared prefix's prompt"] = sum(c.shape.kv_bytes(master, c.layers) for c in caches) / GB

@@ -139,7 +139,9 @@ def run_drafting_cell(
         extra = weight_gb(extra_weights(runner)) if extra_weights is not None else 0.0
         return Candidate(make_stream(runner, costs, *answers), {"extra_weight_gb": extra})
 
-    held = loads_of or loads({"num_draft": num_draft}, {"model": model_path})[1]
+    held = (
+        loads_of or loads({"num_draft": num_draft, "branches": settings.get("branches", 1)}, {"model": model_path})[1]
+    )
     result = run_cell(model_path, reference, prompt_set_path, settings, build, sees_answers=sees_answers, loads=held)
     costs = state["costs"]
     result["verify_costs"] = {

@@ -33,27 +33,26 @@ class RankCounts:
 
 
 class TableMemory:
-    """The rows each prompt's latest run wrote (its prefill's and its decoding's), in the order
-    the runs started; a new run inherits every other prompt's. `log` gets, for each run, how
-    many prompts' rows it inherited and how many rows that filled."""
+    """The rows each prompt's latest run wrote as its own (recycle/table.py: its prefill's and
+    its kept tokens'), in the order the runs started; a new run inherits every other prompt's.
+    A run's table is held until the next run starts, then only its own rows. `log` gets, for
+    each run, how many prompts' rows it inherited and how many rows that filled."""
 
     def __init__(self, log: Optional[List[Dict]] = None):
-        self.tables: Dict[tuple, TableCache] = {}
-        self.rows: Dict[tuple, tuple] = {}  # a finished run's own rows, read once
+        self.runs: Dict[tuple, object] = {}  # prompt -> its latest run's table, or its rows once read
         self.log = log
 
     def start(self, key: tuple, table: TableCache) -> None:
-        others = [k for k in self.tables if k != key]
-        for k in others:
-            if k not in self.rows:  # that run has ended: a later one has started
-                self.rows[k] = self.tables[k].own_rows()
+        for k, v in self.runs.items():
+            if isinstance(v, TableCache):  # that run has ended: a later one is starting
+                self.runs[k] = v.own_rows()
+        self.runs.pop(key, None)  # never its own prompt's earlier run
+        others = list(self.runs.values())
         before = int(table.written.sum().item())
-        table.inherit([self.rows[k] for k in others])
+        table.inherit(others)
         if self.log is not None:
             self.log.append({"prompts": len(others), "rows": int(table.written.sum().item()) - before})
-        self.tables.pop(key, None)
-        self.rows.pop(key, None)
-        self.tables[key] = table
+        self.runs[key] = table
 
 
 class RecycleDrafter:

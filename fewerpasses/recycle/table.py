@@ -12,8 +12,11 @@ those tokens, as in Token Recycling. A draft tree's branches (lookup/tree.py) sh
 table: each branch's rows are written as a chain's would be.
 
 Memory across prompts (recycle/cell.py) starts a run's table from rows that other prompts'
-runs wrote; `own` marks the rows this prompt's passes wrote, so that what a run hands on is
-its own predictions only, never rows it inherited.
+runs wrote; `own` marks the rows this prompt's passes wrote at positions of its own text (the
+prompt and the tokens it kept), so that what a run hands on is its own predictions only:
+never rows it inherited, nor rows of drafts the target refused (a refused draft may have come
+from another prompt's rows, and the prediction after it would carry that prompt's answer on),
+nor a draft tree's rows (which branch was kept, the table does not learn).
 """
 
 from typing import List, Optional, Sequence, Tuple
@@ -37,6 +40,7 @@ class TableCache(_BaseCache):
         self.written = mx.zeros((rows,), dtype=mx.bool_)
         self.own = mx.zeros((rows,), dtype=mx.bool_)
         self.offset = 0  # never read for positions; present for code that reads cache[i].offset
+        self._last = None  # the rows of the last one-row pass, in order: what a trim refuses
 
     @property
     def state(self):
@@ -50,6 +54,11 @@ class TableCache(_BaseCache):
         return True
 
     def trim(self, n: int) -> int:
+        """The positions are the KV caches'; the table keeps every row, but the last pass's
+        last n rows (refused drafts) stop being this prompt's own."""
+        if n > 0 and self._last is not None:
+            self.own[self._last[-n:]] = False
+        self._last = None
         return n
 
     def empty(self) -> bool:
@@ -59,10 +68,11 @@ class TableCache(_BaseCache):
     def nbytes(self) -> int:
         return self.table.nbytes + self.written.nbytes + self.own.nbytes
 
-    def write(self, tokens: mx.array, logits: mx.array) -> None:
+    def write(self, tokens: mx.array, logits: mx.array, own: bool = True) -> None:
         """Rows of `tokens` ([L]) := the top-k ids of `logits` ([L, V]), best first; a token
         read twice in one pass keeps one of its positions' (which one, the scatter decides).
-        The rows become this prompt's own."""
+        With `own`, the rows become this prompt's own until a trim refuses them; without, they
+        stop being its own."""
         rows, k = self.table.shape
         keep = tokens < rows
         top = mx.argpartition(-logits, kth=k - 1, axis=-1)[:, :k]
@@ -72,10 +82,11 @@ class TableCache(_BaseCache):
         # Where a token is past the table (keep false), row 0 keeps its own value.
         top = mx.where(keep[:, None], top, self.table[idx])
         written = mx.where(keep, True, self.written[idx])
-        own = mx.where(keep, True, self.own[idx])
+        mine = mx.where(keep, own, self.own[idx])
         self.table[idx] = top
         self.written[idx] = written
-        self.own[idx] = own
+        self.own[idx] = mine
+        self._last = idx if own else None
 
     def own_rows(self):
         """The rows this prompt's passes wrote, as (ids, their top-k), host arrays: what a run
@@ -173,7 +184,8 @@ class RecyclingTarget(nn.Module):
             raise ValueError("a recycling target runs with its own cache (make_cache): the target's, then the table")
         logits = self.target(inputs, cache=list(cache[:-1]))
         table: TableCache = cache[-1]
-        # Every row of the batch (a draft tree's branches, which share the table) is written.
-        table.write(inputs.reshape(-1), logits.reshape(-1, logits.shape[-1]))
-        mx.async_eval(table.table, table.written)
+        # Every row of the batch (a draft tree's branches, which share the table) is written;
+        # a tree's rows are not handed on (TableCache: `own`).
+        table.write(inputs.reshape(-1), logits.reshape(-1, logits.shape[-1]), own=inputs.shape[0] == 1)
+        mx.async_eval(table.table, table.written, table.own)
         return logits
