@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from fewerpasses.pipeline.config import ConfigError, check_config, renamed_keys, schema_errors, timing_blas
+from fewerpasses.pipeline.config import ConfigError, check_config, renamed_keys, schema_errors, timing_env
 from fewerpasses.core.guards import guard_environment
 from fewerpasses.core.prompts import FETCHED, prompt_set_file
 from fewerpasses.core.sources import widened_base
@@ -35,16 +35,17 @@ PROMPT_SET = GENERATION["prompt_set"]
 PROMPTS_DIR = Path(workflow.basedir) / "config" / "prompts"
 QUALITY = config.get("quality")
 
-# Timing jobs get a real BLAS on Linux (fewerpasses/core/blas.py): exported here so every job
-# process inherits it; each result records the BLAS actually loaded. Declared with envvars
-# once set, so that executors which pass variables on to remote jobs pass it too; with
-# `blas: bundled`, or on macOS, nothing is set and nothing is declared.
-_blas = timing_blas(config.get("blas", "auto"))
-if _blas:
-    os.environ["LD_PRELOAD"] = _blas
+# Timing jobs get a real BLAS on Linux, and for MKL its code path (fewerpasses/core/blas.py):
+# exported here so every job process inherits them; each result records the BLAS actually
+# loaded and the code path. Declared with envvars once set, so that executors which pass
+# variables on to remote jobs pass them too; with `blas: bundled`, or on macOS, nothing is set
+# and nothing is declared.
+_timing_env = timing_env(config.get("blas", "auto"))
+if _timing_env:
+    os.environ.update(_timing_env)
 
     envvars:
-        "LD_PRELOAD",
+        *_timing_env,
 
 
 # Every timing job: never two at once locally (profiles/default caps `timing` at 1), and a

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from fewerpasses.core.blas import timing_env
 from tiny_models import write_model_dir
 from workflow import copy_workflow, plan, planned_jobs, snakemake, write_config
 
@@ -108,6 +109,10 @@ def test_every_cell_is_written_lossless_and_complete(run):
             assert pp["tokens"] == pp["tokens"][:12] and len(pp["tokens"]) >= 1
         for k in ("chip", "os", "backend_device", "mlx", "mlx_lm", "config_hash", "blas"):
             assert k in c["environment"]
+        # Every job ran on the BLAS and, for MKL, the code path that rules/common.smk exports.
+        env = timing_env("auto")
+        assert c["environment"]["blas"].startswith("mkl" if "mkl" in env.get("LD_PRELOAD", "") else "")
+        assert ("MKL_CBWR=" in c["environment"]["blas"]) == ("MKL_CBWR" in env)
 
 
 def test_noise_floor_is_measured_plain_against_plain(run):

@@ -1,10 +1,11 @@
-"""The BLAS library that timing jobs preload on Linux (the `blas` config key)."""
+"""The BLAS library that timing jobs preload on Linux (the `blas` config key), and the code
+path they run it on."""
 
 import os
 import platform
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
 
 OPENBLAS_CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3",
@@ -34,3 +35,50 @@ def timing_blas(setting: str) -> Optional[str]:
     if "blas" in preload or "mkl" in preload:
         return preload
     return pip_mkl() or next((p for p in OPENBLAS_CANDIDATES if Path(p).is_file()), None)
+
+
+def _cpu(cpuinfo: str = "/proc/cpuinfo") -> Dict[str, object]:
+    """The CPU's vendor and instruction-set flags, from its first processor entry."""
+    out: Dict[str, object] = {"vendor": "", "flags": set()}
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "vendor_id" and not out["vendor"]:
+                    out["vendor"] = value.strip()
+                elif key == "flags" and not out["flags"]:
+                    out["flags"] = set(value.split())
+    except OSError:
+        pass
+    return out
+
+
+def mkl_code_path(blas: Optional[str], cpuinfo: str = "/proc/cpuinfo") -> Optional[str]:
+    """The MKL code path (`MKL_CBWR`) timing jobs run on, or None for MKL's own choice.
+
+    A value the user set is kept. Otherwise, where the preloaded BLAS is MKL and the CPU is an
+    AMD one with AVX2, it is AVX2: there MKL's own dispatch runs a product of a few rows with a
+    weight matrix (a verify pass's every layer) on a slower path than its AVX2 one, while a
+    single row (plain decoding) takes the same path either way. A verify curve measured
+    without it is MKL's, not the machine's. Intel CPUs keep MKL's own choice.
+    """
+    if os.environ.get("MKL_CBWR"):
+        return os.environ["MKL_CBWR"]
+    if not blas or "mkl" not in os.path.basename(blas).lower():
+        return None
+    cpu = _cpu(cpuinfo)
+    return "AVX2" if cpu["vendor"] == "AuthenticAMD" and "avx2" in cpu["flags"] else None
+
+
+def timing_env(setting: str) -> Dict[str, str]:
+    """The environment every timing job gets (rules/common.smk): the BLAS preload and, for
+    MKL, its code path; empty on macOS or where nothing is found to preload."""
+    blas = timing_blas(setting)
+    if not blas:
+        return {}
+    env = {"LD_PRELOAD": blas}
+    path = mkl_code_path(blas)
+    if path:
+        env["MKL_CBWR"] = path
+    return env

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Dict, List
 
 # Source parsing and the BLAS choice live in core; their names stay importable from here
-# (rules/common.smk imports timing_blas from this module).
-from ..core.blas import OPENBLAS_CANDIDATES, pip_mkl, timing_blas  # noqa: F401
+# (rules/common.smk imports timing_env from this module).
+from ..core.blas import OPENBLAS_CANDIDATES, pip_mkl, timing_blas, timing_env  # noqa: F401
 from ..core.sources import (  # noqa: F401
     HUB_FILE,
     HUB_ID,
