@@ -35,9 +35,9 @@ PROMPT_SET = GENERATION["prompt_set"]
 PROMPTS_DIR = Path(workflow.basedir) / "config" / "prompts"
 QUALITY = config.get("quality")
 
-# Timing jobs get a real BLAS on Linux, and for MKL its code path (fewerpasses/core/blas.py):
-# exported here so every job process inherits them; each result records the BLAS actually
-# loaded and the code path. Declared with envvars once set, so that executors which pass
+# Timing jobs get a real BLAS on Linux, and for MKL its code path and threads
+# (fewerpasses/core/blas.py): exported here so every job process inherits them; each result
+# records the BLAS actually loaded with them. Declared with envvars once set, so that executors which pass
 # variables on to remote jobs pass them too; with `blas: bundled`, or on macOS, nothing is set
 # and nothing is declared.
 _timing_env = timing_env(config.get("blas", "auto"))

@@ -112,7 +112,12 @@ def test_every_cell_is_written_lossless_and_complete(run):
         # Every job ran on the BLAS and, for MKL, the code path that rules/common.smk exports.
         env = timing_env("auto")
         assert c["environment"]["blas"].startswith("mkl" if "mkl" in env.get("LD_PRELOAD", "") else "")
-        assert ("MKL_CBWR=" in c["environment"]["blas"]) == ("MKL_CBWR" in env)
+        for name in ("MKL_CBWR", "MKL_DOMAIN_NUM_THREADS"):
+            assert (
+                (f"{name}={env[name]}" in c["environment"]["blas"])
+                if name in env
+                else name not in c["environment"]["blas"]
+            )
 
 
 def test_noise_floor_is_measured_plain_against_plain(run):

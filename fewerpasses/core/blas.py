@@ -1,5 +1,5 @@
-"""The BLAS library that timing jobs preload on Linux (the `blas` config key), and the code
-path they run it on."""
+"""The BLAS library that timing jobs preload on Linux (the `blas` config key), and for MKL
+the code path and the threads they run it with."""
 
 import os
 import platform
@@ -65,20 +65,40 @@ def mkl_code_path(blas: Optional[str], cpuinfo: str = "/proc/cpuinfo") -> Option
     """
     if os.environ.get("MKL_CBWR"):
         return os.environ["MKL_CBWR"]
-    if not blas or "mkl" not in os.path.basename(blas).lower():
+    if not _is_mkl(blas):
         return None
     cpu = _cpu(cpuinfo)
     return "AVX2" if cpu["vendor"] == "AuthenticAMD" and "avx2" in cpu["flags"] else None
 
 
+def _is_mkl(blas: Optional[str]) -> bool:
+    return bool(blas) and "mkl" in os.path.basename(blas).lower()
+
+
+def mkl_threads(blas: Optional[str]) -> Optional[str]:
+    """MKL's BLAS threads in timing jobs (`MKL_DOMAIN_NUM_THREADS`): every core this process
+    may run on, or the user's own setting; None where the BLAS is not MKL.
+
+    Snakemake sets MKL_NUM_THREADS to a job's `threads` (1 for every rule here, and at most
+    `--cores`), but a timing job has the machine to itself (the `timing` resource), as a
+    user's own mlx-lm process has: MKL's per-domain setting, which takes precedence over
+    MKL_NUM_THREADS, gives its BLAS every core back.
+    """
+    if os.environ.get("MKL_DOMAIN_NUM_THREADS"):
+        return os.environ["MKL_DOMAIN_NUM_THREADS"]
+    if not _is_mkl(blas):
+        return None
+    return f"MKL_DOMAIN_BLAS={len(os.sched_getaffinity(0))}"
+
+
 def timing_env(setting: str) -> Dict[str, str]:
     """The environment every timing job gets (rules/common.smk): the BLAS preload and, for
-    MKL, its code path; empty on macOS or where nothing is found to preload."""
+    MKL, its code path and its threads; empty on macOS or where nothing is found to preload."""
     blas = timing_blas(setting)
     if not blas:
         return {}
     env = {"LD_PRELOAD": blas}
-    path = mkl_code_path(blas)
-    if path:
-        env["MKL_CBWR"] = path
+    for name, value in (("MKL_CBWR", mkl_code_path(blas)), ("MKL_DOMAIN_NUM_THREADS", mkl_threads(blas))):
+        if value:
+            env[name] = value
     return env

@@ -65,9 +65,10 @@ def loaded_blas() -> Optional[str]:
     if any("openblas" in p.lower() for p in libs):
         return "openblas (" + ", ".join(sorted(p for p in libs if "openblas" in p.lower())) + ")"
     if any("libmkl_rt" in p for p in libs):
-        # MKL's code path (core/blas.py) is part of what was measured: named beside it.
-        path = f" with MKL_CBWR={os.environ['MKL_CBWR']}" if os.environ.get("MKL_CBWR") else ""
-        return f"mkl{path} (" + ", ".join(sorted(p for p in libs if "libmkl_rt" in p)) + ")"
+        # MKL's code path and threads (core/blas.py) are part of what was measured: named beside it.
+        settings = [f"{n}={os.environ[n]}" for n in ("MKL_CBWR", "MKL_DOMAIN_NUM_THREADS") if os.environ.get(n)]
+        named = f" with {', '.join(settings)}" if settings else ""
+        return f"mkl{named} (" + ", ".join(sorted(p for p in libs if "libmkl_rt" in p)) + ")"
     if libs:
         kind = "bundled reference BLAS" if all("mlx_cpu.libs" in p for p in libs) else "other BLAS"
         return f"{kind} (" + ", ".join(sorted(libs)) + ")"
