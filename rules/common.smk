@@ -37,9 +37,9 @@ QUALITY = config.get("quality")
 
 # Timing jobs get a real BLAS on Linux, and for MKL its code path and threads
 # (fewerpasses/core/blas.py): exported here so every job process inherits them; each result
-# records the BLAS actually loaded with them. Declared with envvars once set, so that executors which pass
-# variables on to remote jobs pass them too; with `blas: bundled`, or on macOS, nothing is set
-# and nothing is declared.
+# records the BLAS actually loaded with them. Declared with envvars once set, so that
+# executors which pass variables on to remote jobs pass them too; with `blas: bundled`, or on
+# macOS, nothing is set and nothing is declared.
 _timing_env = timing_env(config.get("blas", "auto"))
 if _timing_env:
     os.environ.update(_timing_env)

@@ -1,4 +1,4 @@
-"""The environment timing jobs run in (core/blas.py): the BLAS preload and MKL's code path."""
+"""The environment timing jobs run in (core/blas.py): the BLAS preload, MKL's code path and threads."""
 
 import os
 import subprocess

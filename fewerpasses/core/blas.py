@@ -54,6 +54,10 @@ def _cpu(cpuinfo: str = "/proc/cpuinfo") -> Dict[str, object]:
     return out
 
 
+def _is_mkl(blas: Optional[str]) -> bool:
+    return bool(blas) and "mkl" in os.path.basename(blas).lower()
+
+
 def mkl_code_path(blas: Optional[str], cpuinfo: str = "/proc/cpuinfo") -> Optional[str]:
     """The MKL code path (`MKL_CBWR`) timing jobs run on, or None for MKL's own choice.
 
@@ -69,10 +73,6 @@ def mkl_code_path(blas: Optional[str], cpuinfo: str = "/proc/cpuinfo") -> Option
         return None
     cpu = _cpu(cpuinfo)
     return "AVX2" if cpu["vendor"] == "AuthenticAMD" and "avx2" in cpu["flags"] else None
-
-
-def _is_mkl(blas: Optional[str]) -> bool:
-    return bool(blas) and "mkl" in os.path.basename(blas).lower()
 
 
 def mkl_threads(blas: Optional[str]) -> Optional[str]:
