@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from fewerpasses.core.blas import timing_env
+from fewerpasses.core.blas import MKL_SETTINGS, timing_env
 from tiny_models import write_model_dir
 from workflow import copy_workflow, plan, planned_jobs, snakemake, write_config
 
@@ -63,6 +63,7 @@ def test_every_cell_is_written_lossless_and_complete(run):
     d, _ = run
     paths = cells(d)
     assert len(paths) == N_MIDDLE + N_ADAPTIVE
+    env = timing_env("auto")
     for p in paths:
         c = json.loads(p.read_text())
         for key in (
@@ -109,10 +110,9 @@ def test_every_cell_is_written_lossless_and_complete(run):
             assert pp["tokens"] == pp["tokens"][:12] and len(pp["tokens"]) >= 1
         for k in ("chip", "os", "backend_device", "mlx", "mlx_lm", "config_hash", "blas"):
             assert k in c["environment"]
-        # Every job ran on the BLAS and, for MKL, the code path that rules/common.smk exports.
-        env = timing_env("auto")
+        # Every job ran on the BLAS and, for MKL, the code path and threads rules/common.smk exports.
         assert c["environment"]["blas"].startswith("mkl" if "mkl" in env.get("LD_PRELOAD", "") else "")
-        for name in ("MKL_CBWR", "MKL_DOMAIN_NUM_THREADS"):
+        for name in MKL_SETTINGS:
             assert (
                 (f"{name}={env[name]}" in c["environment"]["blas"])
                 if name in env

@@ -7,6 +7,9 @@ import sys
 from pathlib import Path
 from typing import Dict, Optional
 
+# MKL's settings a timing job runs with (timing_env), named in every result's BLAS record.
+MKL_SETTINGS = ("MKL_CBWR", "MKL_DOMAIN_NUM_THREADS")
+
 OPENBLAS_CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3",
     "/usr/lib/aarch64-linux-gnu/openblas-pthread/libblas.so.3",
@@ -98,7 +101,7 @@ def timing_env(setting: str) -> Dict[str, str]:
     if not blas:
         return {}
     env = {"LD_PRELOAD": blas}
-    for name, value in (("MKL_CBWR", mkl_code_path(blas)), ("MKL_DOMAIN_NUM_THREADS", mkl_threads(blas))):
+    for name, value in zip(MKL_SETTINGS, (mkl_code_path(blas), mkl_threads(blas))):
         if value:
             env[name] = value
     return env

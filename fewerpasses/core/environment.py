@@ -13,6 +13,8 @@ import subprocess
 from functools import lru_cache
 from typing import Callable, Dict, Optional
 
+from .blas import MKL_SETTINGS
+
 # run(*cmd, timeout=...): a command's stdout, "" where it failed. The Mac's readers take one
 # (None: `_run`, the tools themselves); the tests give them macOS's text.
 Runner = Callable[..., str]
@@ -66,7 +68,7 @@ def loaded_blas() -> Optional[str]:
         return "openblas (" + ", ".join(sorted(p for p in libs if "openblas" in p.lower())) + ")"
     if any("libmkl_rt" in p for p in libs):
         # MKL's code path and threads (core/blas.py) are part of what was measured: named beside it.
-        settings = [f"{n}={os.environ[n]}" for n in ("MKL_CBWR", "MKL_DOMAIN_NUM_THREADS") if os.environ.get(n)]
+        settings = [f"{n}={os.environ[n]}" for n in MKL_SETTINGS if os.environ.get(n)]
         named = f" with {', '.join(settings)}" if settings else ""
         return f"mkl{named} (" + ", ".join(sorted(p for p in libs if "libmkl_rt" in p)) + ")"
     if libs:
