@@ -296,3 +296,29 @@ def test_training_builds_both_corpora_and_records_them(tmp_path):
     text = card(out)
     assert "Then 10 context prompts" in text and file_hash(c2)[:16] in text
     load_head(out)  # written in the layout the pipeline loads
+
+
+def test_the_card_sets_the_first_kept_share_against_the_break_even_acceptance():
+    """The card's measured section, from a head cell: the gate's break-even acceptance at the
+    cell's own costs beside how often the first drafted token was kept."""
+    from training.head_card import measured_section
+
+    seconds = {"1": 0.0116, "2": 0.0153, "3": 0.0193}
+    cell = {
+        "prompt_set": "categories",
+        "per_prompt": [{}] * 3,
+        "max_tokens": 16,
+        "repeats": 1,
+        "speedup": 0.95,
+        "speedup_ci": [0.9, 1.0],
+        "lossless": True,
+        "first_kept": 0.37,
+        "acceptance_rate": 0.3,
+        "tokens_per_pass": 1.1,
+        "verify_costs": {"seconds": seconds, "plain_token_seconds": 0.01, "draft_seconds": {"1": 0.0, "2": 0.0}},
+    }
+    text = measured_section(cell, "x.json")
+    # One draft: (1 + a) = 1.53 gives a = 53%; two: 1 + a + a^2 = 1.93 gives a = 61%.
+    assert "first drafted token kept in 37.0%" in text and "more often than 53.0%" in text
+    cell["verify_costs"]["seconds"] = {"1": 0.0116}
+    assert "more often than" not in measured_section(cell, "x.json")

@@ -5,7 +5,14 @@ import mlx.core as mx
 import pytest
 
 from fewerpasses.core.models import load
-from fewerpasses.lookup.cell import candidate_from_cell, costs_of, gated, lookup_cell, policy_of
+from fewerpasses.lookup.cell import (
+    break_even_acceptance,
+    candidate_from_cell,
+    costs_of,
+    gated,
+    lookup_cell,
+    policy_of,
+)
 from fewerpasses.lookup.technique import label as lookup_label
 from fewerpasses.lookup.technique import grid as lookup_grid
 from fewerpasses.lookup.technique import rows as lookup_rows
@@ -16,6 +23,7 @@ from fewerpasses.lookup.draft import (
     DraftPolicy,
     NgramIndex,
     gated_length,
+    needed_acceptance,
     next_cap,
 )
 from fewerpasses.lookup.loop import lookup_stream
@@ -171,6 +179,25 @@ def test_cost_gate_drafts_only_what_pays():
     # Evidence fades with emitted tokens, so the gate probes again later.
     est.emitted(100)
     assert gated_length(2, est.rate, CPU_COSTS) > 0
+
+
+def test_break_even_acceptance_is_where_the_gate_starts_to_draft():
+    # The gate's own threshold: just below it no length pays, just above one does.
+    need = needed_acceptance(CPU_COSTS)
+    assert 0.36 < need < 0.87
+    assert gated_length(8, need - 0.002, CPU_COSTS) == 0 and gated_length(8, need + 0.002, CPU_COSTS) > 0
+    # By hand at one draft: (1 + a) / 1.53 = 1 gives a = 0.53, and no longer draft needs less.
+    assert needed_acceptance(CPU_COSTS[:2]) == pytest.approx(0.53, abs=1e-6)
+    assert need <= needed_acceptance(CPU_COSTS[:2]) + 1e-9
+    # A higher target asks more; a flatter curve, less; an unreachable one, None.
+    assert needed_acceptance(CPU_COSTS, 1.5) > need > needed_acceptance(FLAT_COSTS) >= 0.0
+    assert needed_acceptance(CPU_COSTS, 3.5) is None and needed_acceptance((1.0,)) is None
+    # From a cell's verify_costs, in seconds: the same curve, with the drafter's own cost added.
+    entry = {"seconds": {str(k + 1): 0.01 * c for k, c in enumerate(CPU_COSTS)}, "plain_token_seconds": 0.01}
+    assert break_even_acceptance(entry) == pytest.approx(need)
+    costly = {**entry, "draft_seconds": {str(k): 0.002 * k for k in range(1, 9)}}
+    assert break_even_acceptance(costly) > need
+    assert break_even_acceptance(None) is None and break_even_acceptance({"seconds": {"1": 0.01}}) is None
 
 
 def test_a_prohibitive_verify_curve_keeps_the_loop_plain(tiny):

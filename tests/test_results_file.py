@@ -727,6 +727,7 @@ def test_the_terms_table_says_what_holds_each_drafting_row_back():
                 "technique": "draft head (best)",
                 "speedup": 1.21,
                 "first_kept": 0.62,
+                "break_even_acceptance": 0.47,
                 "acceptance_rate": 0.55,
                 "tokens_per_pass": 1.4,
                 "replayed_speedup": 1.3,
@@ -747,5 +748,9 @@ def test_the_terms_table_says_what_holds_each_drafting_row_back():
     lines, _ = terms_table(frame)
     text = "\n".join(lines)
     assert "draft head (best)" in text and "62%" in text and "1.45x" in text and "1.60x" in text
+    # Beside how often its first draft was kept, the acceptance its costs ask before it wins.
+    head = compact.split_row(lines[0])
+    row = compact.split_row(next(line for line in lines if "draft head" in line))
+    assert row[head.index("first kept")] == "62%" and row[head.index("break-even")] == "47%"
     assert "ceiling" not in text and "plain" not in text
     assert terms_table(frame.drop(columns=["replayed_flat_verify"])) is None

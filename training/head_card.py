@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Dict, Optional
 
+from fewerpasses.lookup.cell import break_even_acceptance
+
 
 def _pct(x) -> str:
     return f"{100 * x:.1f}%"
@@ -35,6 +37,13 @@ def measured_section(cell: Dict, path: str) -> str:
         + ", ".join(f"k={k - 1}: {v:.2f}" for k, v in sorted(verify.items()) if k > 1)
         + ";",
     ]
+    need = break_even_acceptance(vc)
+    if need is not None:
+        lines.append(
+            f"- at those costs drafting wins only where each drafted token is kept more often than {_pct(need)}"
+            " of the time given the ones before it were (the cost gate's model; set against the first drafted"
+            " token's share above);"
+        )
     if terms:
         lines.append(
             f"- its rounds replayed at those costs: {terms['as_measured']:.3f}x; without the head's own cost"

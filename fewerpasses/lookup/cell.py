@@ -8,7 +8,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from ..core.models import weight_gb
 from ..measure.cell import Candidate, Loads, loads, run_cell
 from ..measure.costs import DecodeCosts, decode_costs, replayed_speedup
-from .draft import DraftPolicy
+from .draft import DraftPolicy, needed_acceptance
 from .loop import lookup_stream
 
 
@@ -33,13 +33,30 @@ def costs_of(entry: Dict) -> DecodeCosts:
     return DecodeCosts(verify, entry.get("plain_token_seconds", verify[1]), tree, draft)
 
 
+def gate_curve(costs: DecodeCosts, num_draft: Optional[int] = None) -> Tuple[float, ...]:
+    """The cost gate's curve: index k is a round of k drafts (drafting them, where the drafter
+    computes, and the pass verifying them) in tokens of plain decoding, for k up to `num_draft`
+    (default: the longest the costs price)."""
+    if num_draft is None:
+        num_draft = max(costs.verify) - 1
+    return tuple(costs.round_seconds(k) / costs.plain_token for k in range(num_draft + 1))
+
+
+def break_even_acceptance(entry: Dict) -> Optional[float]:
+    """The acceptance a drafter needs before a cell's measured costs (its `verify_costs`) let
+    it win at all: `needed_acceptance` on the cost gate's curve. None for a cell without them."""
+    if not entry or not entry.get("seconds"):
+        return None
+    return needed_acceptance(gate_curve(costs_of(entry)))
+
+
 def gated(policy: DraftPolicy, costs: DecodeCosts) -> DraftPolicy:
     """The policy with the cost gate: index k of the curve is a round of k drafts (drafting
     them, where the drafter computes, and the pass verifying them), in tokens of plain
     decoding, and leaving the pipeline costs `restart_cost` of them; where the tree's passes
     were measured, index k of `tree_cost` is two branches of k drafts."""
     unit = costs.plain_token
-    curve: Tuple[float, ...] = tuple(costs.round_seconds(k) / unit for k in range(policy.num_draft + 1))
+    curve = gate_curve(costs, policy.num_draft)
     tree = None
     if costs.tree:
         tree = tuple(

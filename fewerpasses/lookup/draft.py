@@ -95,6 +95,36 @@ def gated_length_of(chances: Sequence[float], verify_cost: Sequence[float], over
     return gated_rate_of(chances, verify_cost, overhead)[0]
 
 
+def needed_acceptance(verify_cost: Sequence[float], speedup: float = 1.0, overhead: float = 0.0) -> Optional[float]:
+    """The least acceptance at which the gate's best draft length on `verify_cost` (its curve,
+    in plain tokens) emits `speedup` times plain decoding's tokens per unit of cost, each
+    drafted token kept with that probability given the ones before it were: with speedup 1,
+    the acceptance a drafter needs before these costs let it win at all. `overhead` as in
+    `gated_length` (0: every round drafts, so the pipeline is left once). None where no
+    acceptance does (k + 1 tokens a round do not pay for any length's round)."""
+    limit = len(verify_cost) - 1
+    if limit < 1:
+        return None
+
+    def rate(a: float) -> float:
+        expected, kept, best = 1.0, 1.0, 0.0
+        for k in range(1, limit + 1):
+            kept *= a
+            expected += kept
+            best = max(best, expected / (verify_cost[k] + overhead))
+        return best
+
+    if rate(1.0) < speedup:
+        return None
+    low, high = 0.0, 1.0
+    if rate(low) >= speedup:
+        return low
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (low, mid) if rate(mid) >= speedup else (mid, high)
+    return high
+
+
 def gated_rate_of(chances: Sequence[float], verify_cost: Sequence[float], overhead: float = 0.0) -> Tuple[int, float]:
     """`gated_length_of`'s length and its expected tokens per unit of cost (1.0, plain
     decoding's, for length 0)."""

@@ -904,16 +904,18 @@ def bounds_table(
 
 def terms_table(frame: pd.DataFrame) -> Optional[Tuple[List[str], List[str]]]:
     """What holds each drafting row back, from its own cell: how often its first drafted token
-    was kept, its acceptance and tokens per pass, and its rounds replayed at the measured costs,
-    without the drafter's own cost, and with verify passes as cheap as a plain token (the
-    term that moves the replayed speedup most is the one that holds the row back)."""
+    was kept beside the acceptance its measured costs ask before drafting wins at all (the
+    acceptance term, and by how much it misses), its tokens per pass, and its rounds replayed
+    at the measured costs, without the drafter's own cost, and with verify passes as cheap as
+    a plain token (the cost terms: the one that moves the replayed speedup most is the one
+    that holds the row back). Its acceptance rate is in the techniques table."""
     cols = ("replayed_speedup", "replayed_without_draft_cost", "replayed_flat_verify")
     if frame is None or any(c not in frame for c in cols):
         return None
     rows = frame[frame.replayed_speedup.notna() & ~frame.technique.astype(str).str.contains("no drafts|ceiling")]
     if rows.empty:
         return None
-    heads = ["target", "technique", "speedup", "first kept", "acceptance", "tokens/pass"]
+    heads = ["target", "technique", "speedup", "first kept", "break-even", "tokens/pass"]
     heads += ["replayed", "no draft cost", "flat verify"]
     body = [
         [
@@ -921,7 +923,7 @@ def terms_table(frame: pd.DataFrame) -> Optional[Tuple[List[str], List[str]]]:
             str(r.technique),
             speedup(r.speedup),
             compact.share(r.get("first_kept")),
-            compact.share(r.get("acceptance_rate")),
+            compact.share(r.get("break_even_acceptance")),
             compact.number(r.get("tokens_per_pass")),
         ]
         + [speedup(r[c]) for c in cols]
@@ -1009,7 +1011,11 @@ def _layout(run, command, cells, frames, files, level: int) -> List[str]:
         terms = terms_table(tech) if level < 4 else None
         if terms:
             table, notes = terms
-            why = "its rounds replayed at the measured costs, without the drafter's own cost, and with a flat verify curve"
+            why = (
+                "break-even: the acceptance a round's draft must keep for the cell's measured costs to let drafting win"
+                " at all (each token kept with that chance given the ones before it were, the cost gate's model);"
+                " its rounds replayed at the measured costs, without the drafter's own cost, and with a flat verify curve"
+            )
             lines += _block("What holds each drafting row back", [why], table, notes)
     cat, ctx = frames["by_category"], frames["by_context"]
     has_cat, has_ctx = _axis(cat, "category") is not None, _axis(ctx, "context") is not None

@@ -15,6 +15,7 @@ from typing import Dict, List, Optional
 import pandas as pd
 
 from ..core.stats import first_kept
+from ..lookup.cell import break_even_acceptance
 from ..techniques import REGISTRY, chosen_rows
 from .tables import lossless_text, real_divergences
 
@@ -43,6 +44,7 @@ COLUMNS = [
     "replayed_without_draft_cost",
     "replayed_flat_verify",
     "first_kept",
+    "break_even_acceptance",
     "ceiling_share",
 ]
 # The columns the CSV has and the markdown leaves out (the interval is folded into `speedup`).
@@ -55,6 +57,7 @@ CSV_ONLY = [
     "replayed_without_draft_cost",
     "replayed_flat_verify",
     "first_kept",
+    "break_even_acceptance",
 ]
 
 
@@ -87,6 +90,9 @@ def _row(target, technique, config, cell, quality, extra_gb=0.0, draft="-", basi
         "replayed_without_draft_cost": (cell.get("replayed_terms") or {}).get("without_draft_cost"),
         "replayed_flat_verify": (cell.get("replayed_terms") or {}).get("flat_verify"),
         "first_kept": first_kept(cell["rounds"]) if cell.get("rounds") else None,
+        # The acceptance the cell's own measured costs ask of a drafter before it wins at all
+        # (lookup.cell.break_even_acceptance): against first_kept, how far acceptance misses.
+        "break_even_acceptance": break_even_acceptance(cell.get("verify_costs")),
         # Its speedup over the perfect-draft ceiling's for the same target (filled by compare).
         "ceiling_share": float("nan"),
         # For a technique on prompt lookup's loop: the loop's own factor and the drafts' (filled
