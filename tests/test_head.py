@@ -318,7 +318,7 @@ def test_the_card_sets_the_first_kept_share_against_the_break_even_acceptance():
         "verify_costs": {"seconds": seconds, "plain_token_seconds": 0.01, "draft_seconds": {"1": 0.0, "2": 0.0}},
     }
     text = measured_section(cell, "x.json")
-    # One draft: (1 + a) = 1.53 gives a = 53%; two: 1 + a + a^2 = 1.93 gives a = 61%.
+    # One draft: (1 + a) = 1.53 gives a = 53%; two ask more: 1 + a + a^2 = 1.93 gives a = 59%.
     assert "first drafted token kept in 37.0%" in text and "more often than 53.0%" in text
     cell["verify_costs"]["seconds"] = {"1": 0.0116}
     assert "more often than" not in measured_section(cell, "x.json")

@@ -198,6 +198,8 @@ def test_break_even_acceptance_is_where_the_gate_starts_to_draft():
     costly = {**entry, "draft_seconds": {str(k): 0.002 * k for k in range(1, 9)}}
     assert break_even_acceptance(costly) > need
     assert break_even_acceptance(None) is None and break_even_acceptance({"seconds": {"1": 0.01}}) is None
+    # A cell from before plain decoding's token was measured has no plain token to price against.
+    assert break_even_acceptance({"seconds": entry["seconds"]}) is None
 
 
 def test_a_prohibitive_verify_curve_keeps_the_loop_plain(tiny):

@@ -11,6 +11,7 @@ import json
 import math
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -754,3 +755,20 @@ def test_the_terms_table_says_what_holds_each_drafting_row_back():
     assert row[head.index("first kept")] == "62%" and row[head.index("break-even")] == "47%"
     assert "ceiling" not in text and "plain" not in text
     assert terms_table(frame.drop(columns=["replayed_flat_verify"])) is None
+
+
+def test_the_modules_the_snakefile_reads_at_parse_load_no_mlx(repo):
+    # Every snakemake call, dry runs included, parses the Snakefile; loading MLX there would
+    # slow each one and fail where MLX is missing. The rules' own imports, in a fresh process:
+    modules = sorted(
+        {
+            m
+            for path in [repo / "Snakefile", *(repo / "rules").glob("*.smk")]
+            for m in re.findall(r"^from (fewerpasses[\w.]*) import", path.read_text(), re.M)
+        }
+    )
+    assert "fewerpasses.report.results_file" in modules and "fewerpasses.techniques" in modules
+    code = "import importlib, sys\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
+    code += "print(sorted(m for m in sys.modules if m == 'mlx' or m.startswith(('mlx.', 'mlx_lm'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=repo)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -9,8 +9,6 @@ import json
 from pathlib import Path
 from typing import Dict, Optional
 
-from fewerpasses.lookup.cell import break_even_acceptance
-
 
 def _pct(x) -> str:
     return f"{100 * x:.1f}%"
@@ -37,6 +35,8 @@ def measured_section(cell: Dict, path: str) -> str:
         + ", ".join(f"k={k - 1}: {v:.2f}" for k, v in sorted(verify.items()) if k > 1)
         + ";",
     ]
+    from fewerpasses.lookup.cell import break_even_acceptance  # loads MLX: only for a card with a cell
+
     need = break_even_acceptance(vc)
     if need is not None:
         lines.append(

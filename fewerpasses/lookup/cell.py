@@ -44,17 +44,18 @@ def gate_curve(costs: DecodeCosts, num_draft: Optional[int] = None) -> Tuple[flo
 
 def break_even_acceptance(entry: Dict) -> Optional[float]:
     """The acceptance a drafter needs before a cell's measured costs (its `verify_costs`) let
-    it win at all: `needed_acceptance` on the cost gate's curve. None for a cell without them."""
-    if not entry or not entry.get("seconds"):
+    it win at all: `needed_acceptance` on the cost gate's curve, in steady state (every round
+    drafting; the first of a run also leaves the pipeline, so this is the least it needs).
+    None for a cell without them, or one written before plain decoding's token was measured."""
+    if not entry or not entry.get("seconds") or "plain_token_seconds" not in entry:
         return None
     return needed_acceptance(gate_curve(costs_of(entry)))
 
 
 def gated(policy: DraftPolicy, costs: DecodeCosts) -> DraftPolicy:
-    """The policy with the cost gate: index k of the curve is a round of k drafts (drafting
-    them, where the drafter computes, and the pass verifying them), in tokens of plain
-    decoding, and leaving the pipeline costs `restart_cost` of them; where the tree's passes
-    were measured, index k of `tree_cost` is two branches of k drafts."""
+    """The policy with the cost gate: its curve (`gate_curve`), and leaving the pipeline costs
+    `restart_cost` plain tokens; where the tree's passes were measured, index k of `tree_cost`
+    is two branches of k drafts."""
     unit = costs.plain_token
     curve = gate_curve(costs, policy.num_draft)
     tree = None

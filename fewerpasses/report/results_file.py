@@ -905,17 +905,17 @@ def bounds_table(
 def terms_table(frame: pd.DataFrame) -> Optional[Tuple[List[str], List[str]]]:
     """What holds each drafting row back, from its own cell: how often its first drafted token
     was kept beside the acceptance its measured costs ask before drafting wins at all (the
-    acceptance term, and by how much it misses), its tokens per pass, and its rounds replayed
+    acceptance term, and by how much it misses), its acceptance rate, and its rounds replayed
     at the measured costs, without the drafter's own cost, and with verify passes as cheap as
     a plain token (the cost terms: the one that moves the replayed speedup most is the one
-    that holds the row back). Its acceptance rate is in the techniques table."""
+    that holds the row back). Its tokens per pass are in the techniques table."""
     cols = ("replayed_speedup", "replayed_without_draft_cost", "replayed_flat_verify")
     if frame is None or any(c not in frame for c in cols):
         return None
     rows = frame[frame.replayed_speedup.notna() & ~frame.technique.astype(str).str.contains("no drafts|ceiling")]
     if rows.empty:
         return None
-    heads = ["target", "technique", "speedup", "first kept", "break-even", "tokens/pass"]
+    heads = ["target", "technique", "speedup", "first kept", "break-even", "acceptance"]
     heads += ["replayed", "no draft cost", "flat verify"]
     body = [
         [
@@ -924,7 +924,7 @@ def terms_table(frame: pd.DataFrame) -> Optional[Tuple[List[str], List[str]]]:
             speedup(r.speedup),
             compact.share(r.get("first_kept")),
             compact.share(r.get("break_even_acceptance")),
-            compact.number(r.get("tokens_per_pass")),
+            compact.share(r.get("acceptance_rate")),
         ]
         + [speedup(r[c]) for c in cols]
         for _, r in rows.iterrows()
@@ -1012,9 +1012,9 @@ def _layout(run, command, cells, frames, files, level: int) -> List[str]:
         if terms:
             table, notes = terms
             why = (
-                "break-even: the acceptance a round's draft must keep for the cell's measured costs to let drafting win"
-                " at all (each token kept with that chance given the ones before it were, the cost gate's model);"
-                " its rounds replayed at the measured costs, without the drafter's own cost, and with a flat verify curve"
+                "break-even: the acceptance its cell's measured costs ask before drafting wins at all"
+                f" ([caption]({CAPTIONS['techniques']})); its rounds replayed at the measured costs, without the"
+                " drafter's own cost, and with a flat verify curve"
             )
             lines += _block("What holds each drafting row back", [why], table, notes)
     cat, ctx = frames["by_category"], frames["by_context"]

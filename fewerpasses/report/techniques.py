@@ -15,7 +15,6 @@ from typing import Dict, List, Optional
 import pandas as pd
 
 from ..core.stats import first_kept
-from ..lookup.cell import break_even_acceptance
 from ..techniques import REGISTRY, chosen_rows
 from .tables import lossless_text, real_divergences
 
@@ -92,7 +91,7 @@ def _row(target, technique, config, cell, quality, extra_gb=0.0, draft="-", basi
         "first_kept": first_kept(cell["rounds"]) if cell.get("rounds") else None,
         # The acceptance the cell's own measured costs ask of a drafter before it wins at all
         # (lookup.cell.break_even_acceptance): against first_kept, how far acceptance misses.
-        "break_even_acceptance": break_even_acceptance(cell.get("verify_costs")),
+        "break_even_acceptance": _break_even(cell),
         # Its speedup over the perfect-draft ceiling's for the same target (filled by compare).
         "ceiling_share": float("nan"),
         # For a technique on prompt lookup's loop: the loop's own factor and the drafts' (filled
@@ -104,6 +103,14 @@ def _row(target, technique, config, cell, quality, extra_gb=0.0, draft="-", basi
         "_on_loop": False,
         "_floor": False,
     }
+
+
+def _break_even(cell: Dict) -> Optional[float]:
+    # Imported here: lookup.cell loads MLX, which the Snakefile's parse (it reads this module
+    # through report.results_file) must not.
+    from ..lookup.cell import break_even_acceptance
+
+    return break_even_acceptance(cell.get("verify_costs"))
 
 
 def _checked_quality(check: Optional[Dict], row_name: str, plain_q: float):
