@@ -1,5 +1,6 @@
 """Figures of the sweep, drawn from the sweep table (not from the cells)."""
 
+import math
 from typing import Dict, Optional
 
 import matplotlib
@@ -12,6 +13,7 @@ import seaborn as sns
 
 from ..core.atomic import atomic_path
 from ..layerskip.strategies import ADAPTIVE
+from ..lookup.draft import needed_acceptance
 
 DPI = 120
 
@@ -124,11 +126,10 @@ def speedup_vs_skip(df: pd.DataFrame, out) -> None:
 
 def _break_even(c: np.ndarray, k: int, plain: float = 1.0, verify: float = 1.0) -> np.ndarray:
     """Acceptance at which k drafts of cost c (per full pass) break even, with i.i.d.
-    acceptance: (1 - a^(k+1)) / (1 - a) * plain = k c + verify, solved for a on a grid.
-    `plain` and `verify` are a plain token and a (k+1)-token pass, per full pass."""
-    a = np.linspace(0.0, 0.999, 400)
-    gain = (1 - a[None, :] ** (k + 1)) / (1 - a[None, :]) * plain / (k * c[:, None] + verify)
-    return np.array([a[np.argmax(row >= 1.0)] if (row >= 1.0).any() else np.nan for row in gain])
+    acceptance (lookup.draft.needed_acceptance at k alone); NaN where none does. `plain` and
+    `verify` are a plain token and a (k+1)-token pass, per full pass."""
+    need = (needed_acceptance((math.inf,) * k + ((k * ci + verify) / plain,)) for ci in c)
+    return np.array([np.nan if a is None else a for a in need])
 
 
 def acceptance_vs_cost(df: pd.DataFrame, out, latency: Optional[Dict] = None) -> None:
