@@ -107,12 +107,7 @@ def needed_acceptance(verify_cost: Sequence[float], speedup: float = 1.0, overhe
         return None
 
     def rate(a: float) -> float:
-        expected, kept, best = 1.0, 1.0, 0.0
-        for k in range(1, limit + 1):
-            kept *= a
-            expected += kept
-            best = max(best, expected / (verify_cost[k] + overhead))
-        return best
+        return best_drafting_rate([a] * limit, verify_cost, overhead)[1]
 
     if rate(1.0) < speedup:
         return None
@@ -125,10 +120,13 @@ def needed_acceptance(verify_cost: Sequence[float], speedup: float = 1.0, overhe
     return high
 
 
-def gated_rate_of(chances: Sequence[float], verify_cost: Sequence[float], overhead: float = 0.0) -> Tuple[int, float]:
-    """`gated_length_of`'s length and its expected tokens per unit of cost (1.0, plain
-    decoding's, for length 0)."""
-    best_k, best_rate = 0, 1.0
+def best_drafting_rate(
+    chances: Sequence[float], verify_cost: Sequence[float], overhead: float = 0.0
+) -> Tuple[int, float]:
+    """The draft length of 1 or more with the most expected tokens per unit of cost (its verify,
+    plus `overhead`), and that rate, the i-th drafted token kept with probability chances[i - 1]
+    given the ones before it were; (0, 0.0) where no length is priced."""
+    best_k, best_rate = 0, 0.0
     expected, kept_so_far = 1.0, 1.0
     for k in range(1, min(len(chances), len(verify_cost) - 1) + 1):
         kept_so_far *= chances[k - 1]
@@ -137,6 +135,13 @@ def gated_rate_of(chances: Sequence[float], verify_cost: Sequence[float], overhe
         if rate > best_rate:
             best_k, best_rate = k, rate
     return best_k, best_rate
+
+
+def gated_rate_of(chances: Sequence[float], verify_cost: Sequence[float], overhead: float = 0.0) -> Tuple[int, float]:
+    """`gated_length_of`'s length and its expected tokens per unit of cost (1.0, plain
+    decoding's, for length 0)."""
+    k, rate = best_drafting_rate(chances, verify_cost, overhead)
+    return (k, rate) if rate > 1.0 else (0, 1.0)
 
 
 class AcceptanceEstimate:
