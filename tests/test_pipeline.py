@@ -390,7 +390,8 @@ def test_results_file_is_written_by_one_command(run):
     assert "## Run: test" in text and "`snakemake --cores 1 --configfile config/test.yaml`" in text
     assert "| commit |" in text and "| BLAS |" in text and "Every technique against plain decoding" in text
     # Read at a glance (results_file.check_section), its full tables beside the file.
-    from fewerpasses.report.results_file import check_section, sections
+    from fewerpasses.report.results_file import sections
+    from fewerpasses.report.section_check import check_section
 
     assert check_section(sections(text)["test"]) == [] and "(A/A: plain against plain)" in text
     assert (d / "results_tables/test/techniques.csv").is_file() and "results_tables/test/techniques.csv" in text

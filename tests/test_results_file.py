@@ -19,15 +19,13 @@ import pytest
 
 from fewerpasses.report import compact
 from fewerpasses.report import results_file as rf
-from fewerpasses.report.results_file import (
-    check_section,
-    command_for,
-    merged,
-    run_name,
-    sections,
-    summary,
-    write_results,
-)
+from fewerpasses.report.cell_tables import verify_frame
+from fewerpasses.report.provenance import blas_name, provenance, without_paths
+from fewerpasses.report.results_file import command_for, merged, run_name, sections, write_results
+from fewerpasses.report.run_costs import costs
+from fewerpasses.report.section_check import check_section
+from fewerpasses.report.section_summary import summary
+from fewerpasses.report.section_tables import axis_table, bounds_table, techniques_table, terms_table
 
 ROOT = Path(__file__).resolve().parents[1]
 CATEGORIES_13 = [
@@ -442,7 +440,7 @@ def test_a_section_is_read_at_a_glance(tmp_path, run):
 
 
 def test_the_header_names_the_prompts_and_what_ran_them():
-    rows = dict(rf.provenance(default_cells(), "snakemake --cores 1"))
+    rows = dict(provenance(default_cells(), "snakemake --cores 1"))
     assert rows["prompts"] == "4 from `categories`; max_tokens 64; repeats 3 (warm-up 1)"
     assert rows["commit"] == "fa6da0c6ed4e"
     assert rows["BLAS"] == "mkl" and rows["backend"] == "Device(cpu, 0)"
@@ -453,7 +451,7 @@ def test_the_header_names_the_prompts_and_what_ran_them():
     # Another BLAS anywhere: named, and still no path.
     other = default_cells()
     other[0]["environment"]["blas"] = "openblas (/root/.pyenv/versions/3.11.7/lib/libopenblas.so.0)"
-    assert dict(rf.provenance(other, "x"))["BLAS"] == "mkl, openblas"
+    assert dict(provenance(other, "x"))["BLAS"] == "mkl, openblas"
 
 
 def test_the_summary_names_the_winner_and_its_figures_from_the_data():
@@ -492,7 +490,7 @@ def test_a_faster_lossy_row_does_not_win_and_factors_are_shown_when_measured():
 
 def test_the_techniques_table_keeps_one_value_a_cell_and_the_factors_where_present():
     techniques, *_ = default_run()
-    lines, notes = rf.techniques_table(techniques)
+    lines, notes = techniques_table(techniques)
     head = compact.split_row(lines[0])
     assert head == ["technique", "config", "speedup [95% CI]", "tokens/pass", "of ceiling", "lossless"]
     assert "target smollm2" in "; ".join(notes)
@@ -502,7 +500,7 @@ def test_the_techniques_table_keeps_one_value_a_cell_and_the_factors_where_prese
     assert diffusion["lossless"] == "n/a (22% of plain's tokens)"
     # The loop's and the drafts' factors: shown where the CSV has them, "-" for other rows.
     with_factors, *_ = every_drafter_run()
-    lines, notes = rf.techniques_table(with_factors)
+    lines, notes = techniques_table(with_factors)
     head = compact.split_row(lines[0])
     assert head[-2:] == ["loop, no drafts", "drafts (÷ loop)"] and len(head) <= 9
     plain = dict(zip(head, compact.split_row(lines[2])))
@@ -511,12 +509,12 @@ def test_the_techniques_table_keeps_one_value_a_cell_and_the_factors_where_prese
     assert head_row["drafts (÷ loop)"] == "1.22x"
     # An old CSV with the columns all empty: no empty columns.
     empty = with_factors.assign(loop_factor=float("nan"), drafts_factor=float("nan"))
-    assert "loop, no drafts" not in compact.split_row(rf.techniques_table(empty)[0][0])
+    assert "loop, no drafts" not in compact.split_row(techniques_table(empty)[0][0])
 
 
 def test_the_category_table_has_categories_down_and_speedups_across():
     _, by_category, by_context, _ = default_run()
-    lines, notes = rf.axis_table(by_category, by_context)
+    lines, notes = axis_table(by_category, by_context)
     head = compact.split_row(lines[0])
     assert head[0] == "category / context" and len(head) == 9
     assert head[1:] == [
@@ -538,7 +536,7 @@ def test_the_category_table_has_categories_down_and_speedups_across():
 
 def test_the_bounds_table_shows_speedups_and_its_constants_once():
     _, by_category, _, bounds = default_run()
-    lines, notes = rf.bounds_table(bounds, by_category)
+    lines, notes = bounds_table(bounds, by_category)
     head = compact.split_row(lines[0])
     assert "ceiling k=8" not in head and "ceiling k=8 3.10x" in "; ".join(notes)
     extraction = dict(zip(head, compact.split_row(lines[2])))
@@ -603,9 +601,9 @@ def test_check_section_names_what_keeps_a_section_from_a_glance():
 
 
 def test_paths_are_cut_to_their_names_and_relative_links_kept():
-    assert rf.blas_name("mkl (/work/fresh2/.venv/lib/libmkl_rt.so.3)") == "mkl"
+    assert blas_name("mkl (/work/fresh2/.venv/lib/libmkl_rt.so.3)") == "mkl"
     text = "mkl (/root/.pyenv/lib/libmkl_rt.so.3), tok/pass, A/A, [x](results_tables/a+b/techniques.csv)"
-    assert rf.without_paths(text) == "mkl (libmkl_rt.so.3), tok/pass, A/A, [x](results_tables/a+b/techniques.csv)"
+    assert without_paths(text) == "mkl (libmkl_rt.so.3), tok/pass, A/A, [x](results_tables/a+b/techniques.csv)"
 
 
 def test_writing_a_run_replaces_its_section_and_tables_and_keeps_the_others(tmp_path):
@@ -644,17 +642,17 @@ def test_writing_a_run_replaces_its_section_and_tables_and_keeps_the_others(tmp_
 def test_a_macs_state_is_one_header_row_where_its_cells_recorded_it():
     env = {"chip": "Apple M3", "machine": "arm64", "cpu_count": 8, "memory_gb": 17.2, "macos": "14.5"}
     env.update(gpu_cores=10, power_source="AC Power", low_power_mode=False, cpu_speed_limit=100)
-    rows = dict(rf.provenance([{"environment": env, "started_at": 1, "wall_seconds": 1}], "snakemake --cores 1"))
+    rows = dict(provenance([{"environment": env, "started_at": 1, "wall_seconds": 1}], "snakemake --cores 1"))
     assert rows["machine"] == "Apple M3, arm64, 8 cores, 17 GB"
     mac = rows["Mac (at each job's start)"]
     assert "macOS 14.5" in mac and "10 GPU cores" in mac and "AC Power" in mac and "Low Power Mode False" in mac
     # Linux cells carry none of these: no row for them.
-    assert "Mac (at each job's start)" not in dict(rf.provenance([{"environment": {"chip": "x"}}], "x"))
+    assert "Mac (at each job's start)" not in dict(provenance([{"environment": {"chip": "x"}}], "x"))
 
 
 def test_the_costs_rows_give_the_verify_curve_memory_and_drift():
     cells = default_cells()
-    rows = dict(rf.costs(cells))
+    rows = dict(costs(cells))
     curve = rows["verify curve, smollm2"]
     assert curve.startswith(
         "at context 50, a plain token 50.8 ms; a pass of k tokens, in plain tokens: 1: 1.31, 2: 1.37"
@@ -663,14 +661,14 @@ def test_the_costs_rows_give_the_verify_curve_memory_and_drift():
     assert rows["plain decoding over the run"].startswith("smollm2 18.0 → 17.3 tok/s over 7 min")
     # Many curves (targets by contexts): a few in the header, the rest counted.
     many = [cell("lookup", f"m{i}", i, 4, ["qa"], verify_costs=verify_costs(context=64 * (i + 1))) for i in range(5)]
-    rows = rf.costs(many)
+    rows = costs(many)
     assert [k for k, _ in rows].count("verify curve, m0") == 1 and (
         "verify curves",
         "3 more, by target and context, in the CSV",
     ) in rows
     for c in cells:
         c["baseline_tps"] = 18.0 if c["started_at"] < 1_796_145_000 else 12.0
-    assert "beyond ±10%" in dict(rf.costs(cells))["plain decoding over the run"]
+    assert "beyond ±10%" in dict(costs(cells))["plain decoding over the run"]
 
 
 def test_the_header_shows_the_longest_curve_a_target_measured_at_a_context():
@@ -678,7 +676,7 @@ def test_the_header_shows_the_longest_curve_a_target_measured_at_a_context():
     floor = cell("lookup", "smollm2", 0, 4, ["qa"], verify_costs=verify_costs(ratios=(1.02,)))
     drafting = cell("suffix", "smollm2", 1, 4, ["qa"], verify_costs=verify_costs())
     for cells in ([floor, drafting], [drafting, floor]):
-        frame = rf.verify_frame(cells)
+        frame = verify_frame(cells)
         assert list(frame.k) == list(range(1, 10)) and frame.pass_in_plain_tokens.iloc[0] == pytest.approx(1.31)
 
 
@@ -701,7 +699,7 @@ def test_a_label_is_one_column_across_targets_and_the_rest_named_in_the_csvs():
     # Each target's own best prompt lookup (another n-gram range on one): still one column.
     other = (by_category.target == "llama3.1-8b-4bit") & (by_category.technique == "prompt lookup (best)")
     by_category.loc[other, "config"] = "n-gram 2-4, k<=8, cost-gated"
-    lines, notes = rf.axis_table(by_category, None)
+    lines, notes = axis_table(by_category, None)
     head = compact.split_row(lines[0])
     assert head[:2] == ["category", "target"] and head.count("prompt lookup") == 1 and len(head) == 9
     # Two diffusion settings on one target: a column each, named by its config.
@@ -711,8 +709,6 @@ def test_a_label_is_one_column_across_targets_and_the_rest_named_in_the_csvs():
 
 
 def test_the_terms_table_says_what_holds_each_drafting_row_back():
-    from fewerpasses.report.results_file import terms_table
-
     frame = pd.DataFrame(
         [
             {

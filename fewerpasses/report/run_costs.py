@@ -1,0 +1,88 @@
+"""The header rows of a run's section that give the run's own costs: how plain decoding moved
+over the run (and whether beyond the drift bound), each target's verify curve, the memory plans
+against the measured peaks, and what the draft trees kept."""
+
+from typing import Dict, List, Tuple
+
+import pandas as pd
+
+from . import compact
+from .cell_tables import memory_frame, tree_frame, verify_frame
+from .line_fit import fit, plural
+
+# The verify curves the header shows at most.
+MAX_CURVES = 3
+
+
+def _drift(cells: List[Dict]) -> pd.DataFrame:
+    from .tables import plain_drift
+
+    df = pd.DataFrame(
+        [
+            {"model": c.get("target"), "started_at": c.get("started_at"), "baseline_tps": c.get("baseline_tps")}
+            for c in cells
+            if c.get("target")
+        ],
+        columns=["model", "started_at", "baseline_tps"],
+    )
+    return plain_drift(df)
+
+
+def _span(hours: float) -> str:
+    return f"{hours:.1f} h" if hours >= 1 else f"{hours * 60:.0f} min"
+
+
+def costs(cells: List[Dict]) -> List[Tuple[str, str]]:
+    """The run's own costs, as header rows: how plain decoding moved over the run, each
+    target's verify curve, and the memory plans against the measured peaks."""
+    from .tables import DRIFT_BOUND
+
+    rows = []
+    drift = _drift(cells)
+    parts = []
+    for r in drift[drift.cells >= 2].itertuples():
+        flag = (
+            f" (**beyond ±{DRIFT_BOUND:.0%}: rerun on a quiet machine**)" if abs(r.trend_over_run) > DRIFT_BOUND else ""
+        )
+        parts.append(
+            f"{r.model} {r.first_tps:.1f} → {r.last_tps:.1f} tok/s over {_span(r.span_hours)}, "
+            f"trend {r.trend_over_run:+.1%}{flag}"
+        )
+    if parts:
+        rows.append(("plain decoding over the run", fit(parts, 170, more="and {} more targets")))
+    verify = verify_frame(cells)
+    groups = list(verify.groupby(["target", "context"], sort=False))
+    # A few curves in the header; a run that measured many (targets by contexts) lists the
+    # rest in its CSV.
+    shown = groups if len(groups) <= MAX_CURVES else groups[: MAX_CURVES - 1]
+    for (target, context), g in shown:
+        name = f"verify curve, {target}"
+        head = f"at context {context}, a plain token {g.plain_token_ms.iloc[0]:.1f} ms; a pass of k tokens, in plain tokens: "
+        room = compact.MAX_LINE - len(f"| {name} |  |") - len(head)
+        points = [f"{k}: {x:.2f}" for k, x in zip(g.k, g.pass_in_plain_tokens)]
+        rows.append((name, head + fit(points, room, sep=", ", more="… ({} more)")))
+    if len(shown) < len(groups):
+        rows.append(("verify curves", f"{len(groups) - len(shown)} more, by target and context, in the CSV"))
+    memory = memory_frame(cells)
+    if len(memory):
+        lo, hi = memory.plan_against_peak.min(), memory.plan_against_peak.max()
+        span = f"{lo:+.1%}" if f"{lo:+.1%}" == f"{hi:+.1%}" else f"{lo:+.1%} to {hi:+.1%}"
+        top = memory.loc[memory.measured_peak_gb.idxmax()]
+        rows.append(
+            (
+                "memory plan",
+                f"{span} of the measured peak over {plural(len(memory), 'cell')}; largest peak "
+                f"{top.measured_peak_gb:.3f} GB ({top.cell.split(' (')[0]}, {top.target})",
+            )
+        )
+    trees = tree_frame(cells)
+    if len(trees):
+        kept = int(trees.second_branch_kept.fillna(0).sum())
+        rounds = int(trees.tree_rounds.fillna(0).sum())
+        rows.append(
+            (
+                "draft trees",
+                f"{len(trees)} cells, second branch kept in {kept} of {rounds} tree rounds",
+            )
+        )
+    return rows
