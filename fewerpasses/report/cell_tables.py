@@ -6,6 +6,7 @@ from typing import Dict, List, Tuple
 
 import pandas as pd
 
+# The settings a cell's row name gives, in this order, where the cell has them.
 SETTINGS = (
     "strategy",
     "skip_fraction",

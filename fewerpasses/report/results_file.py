@@ -16,6 +16,12 @@ A section is meant to be read at a glance (`check_section` holds it to that):
   cell, no column empty or constant, at most nine columns. The full tables are copied beside
   this file, under `results_tables/<run>/`, and each table links its CSV and its caption in
   `report/`, so that everything a section points to is in the repository.
+
+A section is laid out by `section.py` from its parts: the summary (`section_summary.py`), the
+header (`provenance.py`, `run_costs.py`) and the tables (`section_tables.py`, and
+`cell_tables.py` for those made from the cells' JSON); `section_check.py` holds it to the
+above. This module keeps the file: a run's name and command, its section merged with the
+others, the file and the run's full tables written.
 """
 
 import re

@@ -35,7 +35,7 @@ CAPTIONS = {
     "text_bounds": "report/text_bounds.rst",
     "layerskip": "report/layerskip_sweep.rst",
 }
-# The tables made here from the cells' JSON, as the header names them.
+# The tables made from the cells' JSON (cell_tables.py), as the header names them.
 CELL_TABLES = (
     ("memory plans", "memory.csv"),
     ("verify curves", "verify_curve.csv"),
