@@ -179,26 +179,57 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
     assert (answers.e2e_tps > 0).all() and (d / "results/plots/techniques_by_length.png").stat().st_size > 0
 
 
-def test_no_measured_row_from_the_text_stands_above_its_bound(run):
-    """The bounds on the measured scale: each prompt's ceiling is the ceiling cell's measured
-    speedup there, and no drafter from the text reads above its own bound."""
+def test_no_drafter_from_the_text_keeps_more_than_its_bound_allows(run):
+    """The bounds against the drafters from the text on the same answers, nothing timed: no
+    timed run of a lookup or suffix cell emits its answer in fewer passes than its bound's
+    spans allow, and no such cell's rounds, replayed at the ceiling cell's recorded costs,
+    beat its bound priced at those same costs. The measured rows against the bounds on the
+    measured scale are timings of different cells (each row's own pairs, the ceiling's and the
+    loop's): a figure of the table, never asserted."""
     from fewerpasses.ceiling.text_bounds import measured_speedups
-    from fewerpasses.report.text_bounds import above_bounds, bounds_frame, from_text
+    from fewerpasses.report.text_bounds import (
+        above_bounds,
+        bounds_frame,
+        cell_bound,
+        from_text,
+        passes_below_bounds,
+        replays_above_bounds,
+    )
 
     d, _ = run
-    bounds = json.loads((d / "results/text_bounds/tiny/draft4.json").read_text())
-    measured = measured_speedups(json.loads((d / "results/ceiling/tiny/draft4.json").read_text()))
+    path = d / "results/text_bounds/tiny/draft4.json"
+    bounds = json.loads(path.read_text())
+    ceiling = json.loads((d / "results/ceiling/tiny/draft4.json").read_text())
+    measured = measured_speedups(ceiling)
     floor = measured_speedups(json.loads((d / "results/lookup/tiny/ngram3_draft0.json").read_text()))
-    assert bounds["loop_floor"]
+    # Priced at the ceiling's recorded costs, and set on its measured scale (the stored
+    # figures are the cells' own: the map's ends, not a comparison of timings).
+    assert bounds["loop_floor"] and bounds["verify_costs"] == ceiling["verify_costs"]
     for p in bounds["per_prompt"]:
         assert p["ceiling"] == pytest.approx(measured[p["prompt_id"]])
-        assert p["floor"] == pytest.approx(floor[p["prompt_id"]]) and p["match"] >= p["floor"] - 1e-9
-        assert p["match"] <= p["run_on"] <= p["ceiling"] + 1e-9 and p["match"] <= p["copy"] <= p["ceiling"] + 1e-9
-    frame = bounds_frame([d / "results/text_bounds/tiny/draft4.json"])
+        assert p["floor"] == pytest.approx(floor[p["prompt_id"]])
+        m, passes = p["modelled"], p["passes"]
+        assert 1.0 - 1e-9 <= m["match"] <= m["run_on"] <= m["ceiling"] + 1e-9
+        assert m["match"] <= m["copy"] <= m["ceiling"] + 1e-9 and m["ceiling"] == p["ceiling_modelled"]
+        assert passes["ceiling"] <= passes["copy"] <= passes["match"] <= p["answer_tokens"]
+        assert passes["run_on"] <= passes["match"]
+    cells = {
+        str(c.relative_to(d / "results")): json.loads(c.read_text())
+        for kind in ("lookup", "suffix")
+        for c in sorted((d / "results" / kind / "tiny").glob("*.json"))
+    }
+    # Every cell from the text of the run is in reach of a bound, and lossless: all are checked
+    # (on these answers they may keep no draft at all; test_text_bounds.py replays drafters on
+    # texts where they keep many).
+    assert len(cells) == 3 and all(cell_bound(c) == "match" and c["lossless"] for c in cells.values())
+    assert passes_below_bounds(cells, [bounds]).empty, passes_below_bounds(cells, [bounds])
+    assert replays_above_bounds(cells, [bounds]).empty, replays_above_bounds(cells, [bounds])
+    # The measured rows against their bounds on the measured scale: reported, not asserted.
+    frame = bounds_frame([path])
     by_category = pd.read_csv(d / "results/tables/techniques_by_category.csv")
     rows = from_text(by_category, ["prompt lookup", "suffix drafting"])
     assert not rows.empty
-    assert above_bounds(frame, rows).empty, above_bounds(frame, rows)
+    assert {"technique", "speedup", "bound", "value"} <= set(above_bounds(frame, rows).columns)
 
 
 def test_every_cell_carries_the_contract(run):

@@ -8,8 +8,19 @@ import pandas as pd
 
 import pytest
 
-from fewerpasses.ceiling.text_bounds import bound_speedup, least_cost, prompt_bounds, span_lengths, text_bounds
-from fewerpasses.lookup.draft import DraftPolicy
+from fewerpasses.ceiling.text_bounds import (
+    bound_speedup,
+    fewest_passes,
+    least_cost,
+    pooled_bound,
+    prompt_bounds,
+    prompt_passes,
+    prompt_spans,
+    replayed_at,
+    span_lengths,
+    text_bounds,
+)
+from fewerpasses.lookup.draft import DraftPolicy, NgramIndex
 from fewerpasses.lookup.loop import lookup_stream
 from fewerpasses.measure.reference import reference_outputs
 from fewerpasses.report.text_bounds import bounds_frame, bounds_table, from_text
@@ -83,6 +94,106 @@ def test_a_real_drafter_never_beats_its_bounds():
     assert b["match"] <= b["run_on"] <= b["ceiling"]
 
 
+def replay(index, answer, limit, drafts_at=None):
+    """A drafter's run over a known answer, as prompt lookup's loop runs it: the first token
+    from the pass after the prompt, then each round drafting up to `limit` (`drafts_at(i)`:
+    at most that many at position i, as a gate might choose; 0 a plain step), never past the
+    answer's last token; its passes and its rounds as a cell records them."""
+    index.append(answer[0])
+    i, counts = 1, {(0, 0): 1}
+    while i < len(answer):
+        want = min(limit, len(answer) - i - 1, drafts_at(i) if drafts_at else limit)
+        d = index.continuation(want) if want > 0 else []
+        kept = next((j for j, t in enumerate(d) if t != answer[i + j]), len(d))
+        counts[(len(d), kept)] = counts.get((len(d), kept), 0) + 1
+        for t in answer[i : i + kept + 1]:
+            index.append(t)
+        i += kept + 1
+    rounds = [{"drafted": k, "accepted": m, "passes": n} for (k, m), n in sorted(counts.items())]
+    return sum(counts.values()), rounds
+
+
+def test_the_fewest_passes_keep_within_the_spans_and_the_answer():
+    # No spans: a pass a token; spans of 4 everywhere: passes of 5 tokens.
+    assert fewest_passes([0] * 5, 4) == 5
+    assert fewest_passes([4] * 10, 4) == 2
+    assert fewest_passes([4] * 10, 1) == 5  # at most `limit` drafts a round
+    # A round emits its kept drafts and its own token, never past the answer's end.
+    assert fewest_passes([1, 0, 0, 0], 4) == 3
+    assert fewest_passes([3, 2, 1], 4) == 1
+    assert fewest_passes([0, 3, 0, 0, 0], 4) == 2
+    # The first token is the prompt's pass: a bound counts whole runs as a cell does.
+    spans = prompt_spans([9, 3, 4], [3, 4, 3, 4, 3, 4, 3], [], 8)
+    passes = prompt_passes(spans, 8)
+    assert passes["ceiling"] == 1 + 1 and passes["run_on"] == 1 + 1 and passes["match"] == 1 + 2
+    assert passes["ceiling"] <= passes["copy"] <= passes["match"] and passes["run_on"] <= passes["match"]
+
+
+# (prompt, answer, earlier answers for memory, whether a drafter keeps drafts there): a
+# repeated passage, a loop, competing continuations, and text without repeats.
+TEXTS = [
+    (
+        [5, 6, 7, 8, 9, 1, 2, 5, 6, 7, 3],
+        [5, 6, 7, 8, 9, 1, 2, 4, 5, 6, 7, 8, 9, 1, 2, 4, 5, 6],
+        [[8, 9, 1, 2, 4, 5]],
+        True,
+    ),
+    ([9, 3, 4], [3, 4, 3, 4, 3, 4, 3, 4, 3, 4, 3, 4], [[3, 4, 3]], True),
+    ([1, 2, 3, 1, 2, 4, 1, 2, 3], [1, 2, 4, 1, 2, 3, 1, 2, 4, 4, 1, 2], [[2, 4, 1, 2, 3, 9]], True),
+    ([10, 11, 12], [13, 14, 15, 16, 17], [], False),
+]
+
+
+@pytest.mark.parametrize("prompt,answer,memory,keeps", TEXTS)
+def test_drafters_from_the_text_take_no_fewer_passes_than_their_bound_allows(prompt, answer, memory, keeps):
+    """What the bounds promise without timing, on the same answer and at the same costs: the
+    suffix trie (any match length, with memory across prompts or without), prompt lookup's
+    n-gram index and its run-on copy never emit it in fewer passes than their bound's spans
+    allow, and their rounds replayed at the costs never beat the bound priced at them,
+    whatever each round drafts."""
+    limit = 4
+    spans = prompt_spans(prompt, answer, memory, limit)
+    passes = prompt_passes(spans, limit)
+    bounds = prompt_bounds(prompt, answer, memory, COSTS, limit, spans)
+    per = [{"answer_tokens": len(answer), "modelled": bounds}]
+    drafters = {
+        "match": [
+            lambda: SuffixIndex(prompt, SuffixSettings(max_depth=8, min_match=1)),
+            lambda: SuffixIndex(prompt, SuffixSettings(max_depth=8, min_match=2, min_prob=0.0)),
+            lambda: NgramIndex(prompt, DraftPolicy(limit, 3, 1)),
+            lambda: NgramIndex(prompt, DraftPolicy(limit, 2, 2)),
+        ],
+        "match_memory": [lambda: SuffixIndex(prompt, SuffixSettings(max_depth=8, min_match=1), memory)],
+        "run_on": [lambda: NgramIndex(prompt, DraftPolicy(limit, 3, 1, run_on=True))],
+    }
+    kept_any = False
+    for name, makes in drafters.items():
+        for make in makes:
+            for drafts_at in (None, lambda i: i % 3, lambda i: 1):
+                n, rounds = replay(make(), answer, limit, drafts_at)
+                assert n >= passes[name], (name, n, passes[name])
+                assert replayed_at(rounds, COSTS) <= pooled_bound(per, name) + 1e-9
+                kept_any |= any(r["accepted"] for r in rounds)
+    # Where the text holds drafts a drafter keeps, the checks are not vacuous.
+    assert kept_any == keeps
+
+
+def test_a_round_of_refused_drafts_priced_below_a_plain_step_is_in_the_bound():
+    """On a measured curve a pass of two tokens can cost less than a plain step (here 0.8 of
+    one): a drafter whose every draft is refused then replays faster than plain decoding at
+    those costs, and the bound, priced the same way, allows it."""
+    # After each token, the n-gram index drafts what followed it in the prompt; never right.
+    prompt, answer = [1, 2, 3, 4, 5, 6], [1, 3, 5, 2, 4, 6, 3, 1, 4, 2]
+    costs = {"seconds": {"1": 0.95, "2": 0.8, "3": 1.4, "4": 1.5, "5": 1.6}, "plain_token_seconds": 1.0}
+    n, rounds = replay(NgramIndex(prompt, DraftPolicy(1, 1, 1)), answer, 1)
+    assert n == len(answer) and not any(r["accepted"] for r in rounds)
+    b = prompt_bounds(prompt, answer, [], costs, 4)
+    assert replayed_at(rounds, costs) > 1.1
+    assert replayed_at(rounds, costs) <= pooled_bound([{"answer_tokens": len(answer), "modelled": b}], "match") + 1e-9
+    # A plain step is the cheaper round on a curve that rises: the bound is plain decoding's.
+    assert prompt_bounds(prompt, answer, [], COSTS, 4)["match"] == pytest.approx(1.0)
+
+
 def test_a_run_on_copy_continues_into_its_own_drafts():
     # "3 4" then "3 4 3 4 ...": after the answer's first 3, the match is the prompt's "3 4";
     # a copy stops at the end of the text (two tokens on), a run-on copy repeats what it has
@@ -145,6 +256,11 @@ def test_a_runs_bounds_and_their_table(tiny, repo, tmp_path):
     assert [p["prompt_id"] for p in out["per_prompt"]] == ids
     for p in out["per_prompt"]:
         assert p["ceiling"] == pytest.approx(2.0) and p["ceiling_modelled"] > 1.0
+        # What is checked without timing: the speedups at the ceiling's costs, the fewest passes.
+        m, passes = p["modelled"], p["passes"]
+        assert m["ceiling"] == p["ceiling_modelled"] and 1.0 - 1e-9 <= m["match"] <= m["copy"] <= m["ceiling"]
+        assert passes["ceiling"] <= passes["copy"] <= passes["match"] <= p["answer_tokens"]
+        assert passes["run_on"] <= passes["match"] and passes["match_memory"] <= passes["match"]
         assert p["match"] <= p["copy"] <= p["ceiling"] + 1e-9 and p["match"] <= p["run_on"] <= p["ceiling"] + 1e-9
         # Nothing to draft is the loop's own speed: without its cell, mlx-lm's (1.0).
         assert p["match"] >= 1.0 - 1e-9
@@ -229,3 +345,73 @@ def test_a_row_above_its_own_bound_is_found():
     )
     found = above_bounds(frame, measured)
     assert found.technique.tolist() == ["prompt lookup (best)"] and found.bound.tolist() == ["match"]
+
+
+def test_a_cell_that_keeps_more_than_its_bound_allows_is_found_without_timing():
+    """Cells against their bounds on passes counted and rounds replayed at the bounds' own
+    costs: a run that emitted its answer in fewer passes than the bound allows is found, and
+    so is a cell whose rounds replay faster than the bound at those costs; a lossy prompt, a
+    cell of draft trees or another technique is outside the check."""
+    from fewerpasses.report.text_bounds import cell_bound, passes_below_bounds, replays_above_bounds
+
+    assert cell_bound({"technique": "lookup"}) == "match"
+    assert cell_bound({"technique": "lookup", "run_on": True}) == "run_on"
+    assert cell_bound({"technique": "suffix", "memory": "set", "branches": 1}) == "match_memory"
+    assert cell_bound({"technique": "suffix", "memory": "prompt", "branches": 2}) is None
+    assert cell_bound({"technique": "recycle"}) is None
+    # Two prompts of 10 tokens: the first holds no span (10 passes), the second one of 4
+    # drafts after its first token (a pass of 5 tokens and 4 plain steps, 6 passes in all).
+    modelled = {"match": 1.0, "ceiling": 2.0}
+    bounds = {
+        "model": "m",
+        "prompt_set": "s",
+        "max_tokens": 10,
+        "num_draft": 4,
+        "verify_costs": COSTS,
+        "per_prompt": [
+            {"prompt_id": "a", "answer_tokens": 10, "modelled": modelled, "passes": {"match": 10}},
+            {
+                "prompt_id": "b",
+                "answer_tokens": 10,
+                "modelled": {**modelled, "match": 9 / (2.30 + 0.25 + 4)},
+                "passes": {"match": 6},
+            },
+        ],
+    }
+
+    def cell(passes, rounds):
+        def run(n):
+            return {"repeat": 0, "candidate": {"new_tokens": 10, "full_passes": n}}
+
+        return {
+            "technique": "suffix",
+            "target": "m",
+            "prompt_set": "s",
+            "max_tokens": 10,
+            "num_draft": 4,
+            "memory": "prompt",
+            "branches": 1,
+            "lossless": True,
+            "rounds": rounds,
+            "per_prompt": [{"prompt_id": pid, "lossless": True, "runs": [run(n)]} for pid, n in zip("ab", passes)],
+        }
+
+    # Within: the bound's own runs; above: the first prompt in 8 passes, two drafts kept
+    # where the bound says the text holds none.
+    plain, four = {"drafted": 0, "accepted": 0}, {"drafted": 4, "accepted": 4, "passes": 1}
+    within = cell([10, 6], [{**plain, "passes": 15}, four])
+    above = cell([8, 6], [{**plain, "passes": 11}, {"drafted": 1, "accepted": 1, "passes": 2}, four])
+    cells = {
+        "within": within,
+        "above": above,
+        "lossy": {**above, "lossless": False, "per_prompt": [{**p, "lossless": False} for p in above["per_prompt"]]},
+        "trees": {**above, "branches": 2},
+        "recycled": {**above, "technique": "recycle"},
+        "longer drafts": {**above, "num_draft": 8},
+    }
+    found = passes_below_bounds(cells, [bounds])
+    assert found.cell.tolist() == ["above"] and found.prompt_id.tolist() == ["a"]
+    assert found.passes.tolist() == [8] and found.bound_passes.tolist() == [10]
+    replays = replays_above_bounds(cells, [bounds])
+    assert replays.cell.tolist() == ["above"] and (replays.replayed > replays.value).all()
+    assert replays_above_bounds({"within": within}, [bounds]).empty

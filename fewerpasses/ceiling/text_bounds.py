@@ -24,9 +24,11 @@ Each bound is then the cheapest way to emit the answer with rounds that keep at 
 much (`least_cost`), priced as a cell's replayed speedup prices its rounds
 (measure.costs.replayed_speedup): a round of d drafts costs one synchronous verify pass of d +
 1 tokens (and leaving the pipeline, after a plain step), a token without a draft one plain
-step. A refused draft only adds cost, so no such drafter beats its bound; the ceiling is the
-same sum with every span unbounded, so they share one scale and a bound's share of the
-ceiling is the most a drafter from the text can reach of it on this machine.
+step, a round whose drafts are all refused the cheapest pass that drafts. So no such
+drafter's rounds, replayed at the same costs, beat its bound, nor do its runs take fewer
+passes than the bound's spans allow (`fewest_passes`). The ceiling is the same sum with
+every span unbounded, so they share one scale and a bound's share of the ceiling is the most
+a drafter from the text can reach of it on this machine.
 
 The sums count the answer's tokens after the first, as a cell's decode speedup does (the
 first comes from the prompt's pass). The modelled scale (one verify curve, at one context,
@@ -35,8 +37,15 @@ token (the inverse of a speedup, where costs add): an affine map that takes the 
 of decoding without drafts to the loop's measured one (its lookup cell at draft length 0,
 where the run has it; else mlx-lm's own) and the modelled ceiling's to the ceiling cell's
 measured one (`on_measured_scale`). So the ceiling column is the measured ceiling, a bound
-with nothing to draft is the loop's own speed, and a measured row can be read against its
-bound on the scale it was measured on.
+with nothing to draft is the loop's own speed (unless a pass that drafts was measured below a
+plain step), and a measured row can be read against its bound on the scale it was measured on.
+
+That reading compares timings of different cells (a row's own plain-against-drafting pairs
+against the ceiling's and the loop's), so it is a figure, never a check. What is checked
+holds without timing: each bound also records, per prompt, the fewest passes that emit the
+answer with its spans (`fewest_passes`) and its speedup at the ceiling's costs before the map
+(`modelled`), so a cell's counted passes, and its rounds replayed at those same costs
+(`replayed_at`, against `pooled_bound`), can be set against it on the same answers.
 """
 
 from pathlib import Path
@@ -108,9 +117,13 @@ def least_cost(lengths: Sequence[int], verify: Dict[int, float], plain: float, r
     `plain` a pipelined step without a draft, `restart` what the first drafting round after a
     plain step pays for leaving the pipeline (as prompt lookup's loop pays it). Drafting more
     than is kept only adds cost, so a round of d kept drafts pays the cheapest pass of d + 1
-    tokens or more (the curve is measured, not monotone)."""
+    tokens or more (the curve is measured, not monotone), and a round whose drafts are all
+    refused (its own token only) the cheapest pass of 2 or more: on a measured curve such a
+    pass can cost less than a plain step, and a replay of a drafter's rounds at these costs
+    then gains by it, so the bound may take it too."""
     top = max(k for k in verify if k <= limit + 1)
-    envelope = {d: min(verify[k] for k in verify if d + 1 <= k <= top) for d in range(1, top)}
+    # envelope[d]: the cheapest pass of a round that keeps d drafts (d = 0: of one that drafts).
+    envelope = {d: min(verify[k] for k in verify if max(d + 1, 2) <= k <= top) for d in range(top)}
     n = len(lengths)
     # best[i][s]: the least cost of emitting answer[i:], from the pipeline (s = 0) or just
     # after a drafting round's synchronous pass (s = 1).
@@ -119,10 +132,22 @@ def least_cost(lengths: Sequence[int], verify: Dict[int, float], plain: float, r
         for s in (0, 1):
             cost = plain + best[i + 1][0]
             # A round of d drafts emits them and its own token: d + 1 positions.
-            for d in range(1, min(lengths[i], limit, n - i - 1, top - 1) + 1):
+            for d in range(0 if top > 1 else 1, min(lengths[i], limit, n - i - 1, top - 1) + 1):
                 cost = min(cost, envelope[d] + (restart if s == 0 else 0.0) + best[i + d + 1][1])
             best[i][s] = cost
     return best[0][0] if n else 0.0
+
+
+def fewest_passes(lengths: Sequence[int], limit: int) -> int:
+    """The fewest passes that emit the answer when the round at position i may keep at most
+    lengths[i] drafts (and at most `limit`): each pass emits its kept drafts and its own token,
+    never past the answer's end. No drafter whose rounds keep within the spans emits the answer
+    in fewer, whatever it drafts and whatever its gate refuses."""
+    n = len(lengths)
+    best = [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        best[i] = 1 + min(best[i + d + 1] for d in range(min(lengths[i], limit, n - i - 1) + 1))
+    return best[0]
 
 
 def bound_speedup(lengths: Sequence[int], verify: Dict[int, float], plain: float, restart: float, limit: int) -> float:
@@ -132,25 +157,69 @@ def bound_speedup(lengths: Sequence[int], verify: Dict[int, float], plain: float
     return len(lengths) * plain / cost if cost > 0 else float("nan")
 
 
+def prompt_spans(
+    prompt: Sequence[int], answer: Sequence[int], memory: Sequence[Sequence[int]], limit: int
+) -> Dict[str, List[int]]:
+    """One prompt's span lengths (`span_lengths`) for the ceiling (every span `limit` long)
+    and each bound without memory (`copy`, `match`, `run_on`) and with it (`copy_memory`, ...)."""
+    out = {"ceiling": [limit] * len(answer)}
+    for name, (context, run_on) in BOUNDS.items():
+        out[name] = span_lengths([prompt], answer, limit, context, run_on)
+        out[f"{name}_memory"] = span_lengths([*memory, prompt], answer, limit, context, run_on)
+    return out
+
+
 def prompt_bounds(
-    prompt: Sequence[int], answer: Sequence[int], memory: Sequence[Sequence[int]], costs: Dict, limit: int
+    prompt: Sequence[int],
+    answer: Sequence[int],
+    memory: Sequence[Sequence[int]],
+    costs: Dict,
+    limit: int,
+    spans: Optional[Dict[str, List[int]]] = None,
 ) -> Dict[str, float]:
     """One prompt's modelled ceiling and bounds at a cell's `verify_costs`, each bound without
     memory (`copy`, `match`, `run_on`) and with it (`copy_memory`, ...), over the answer's
     tokens after the first (the decode speedup's; the spans are found with the first in the
-    history)."""
+    history). `spans`: `prompt_spans`' answer, where already found."""
     verify = {int(k): v for k, v in costs["seconds"].items()}
     plain = costs["plain_token_seconds"]
     restart = max(0.0, verify[1] - plain)
+    spans = spans if spans is not None else prompt_spans(prompt, answer, memory, limit)
+    return {name: bound_speedup(lengths[1:], verify, plain, restart, limit) for name, lengths in spans.items()}
 
-    def speedup(lengths):
-        return bound_speedup(lengths[1:], verify, plain, restart, limit)
 
-    out = {"ceiling": speedup([limit] * len(answer))}
-    for name, (context, run_on) in BOUNDS.items():
-        out[name] = speedup(span_lengths([prompt], answer, limit, context, run_on))
-        out[f"{name}_memory"] = speedup(span_lengths([*memory, prompt], answer, limit, context, run_on))
-    return out
+def prompt_passes(spans: Dict[str, List[int]], limit: int) -> Dict[str, int]:
+    """Per bound, the fewest passes that emit the whole answer: the first token's (the pass
+    after the prompt's) and `fewest_passes` over the rest, as a cell counts a run's
+    `full_passes`."""
+    return {name: 1 + fewest_passes(lengths[1:], limit) if lengths else 0 for name, lengths in spans.items()}
+
+
+def pooled_bound(per_prompt: Sequence[Dict], name: str) -> float:
+    """A bound's speedup over every prompt of a bounds file at once, at the ceiling's costs
+    (its `modelled` speedups, before the measured scale), counted as a cell's replayed speedup
+    counts its rounds (measure.costs.replayed_speedup): every token of every answer, the first
+    from a plain step, each prompt once (every prompt of a cell runs the same repeats)."""
+    tokens = cost = 0.0
+    for p in per_prompt:
+        n = int(p["answer_tokens"])
+        if n <= 0:
+            continue
+        tokens += n
+        # In plain steps: the first token's, then the rest's at the bound's speedup.
+        cost += 1.0 + ((n - 1) / p["modelled"][name] if n > 1 else 0.0)
+    return tokens / cost if cost > 0 else float("nan")
+
+
+def replayed_at(rounds: List[Dict], costs: Dict) -> float:
+    """A cell's rounds (its `rounds`) replayed at another cell's `verify_costs` (the ceiling's,
+    the bounds' own), as run_drafting_cell replays them at its own: a round of d drafts pays a
+    pass of d + 1 tokens and leaving the pipeline, a round without one a plain step."""
+    from ..measure.costs import replayed_speedup
+
+    verify = {int(k): v for k, v in costs["seconds"].items()}
+    plain = costs["plain_token_seconds"]
+    return replayed_speedup(rounds, verify, plain, max(0.0, verify[1] - plain))
 
 
 def measured_speedups(cell: Dict) -> Dict[str, float]:
@@ -207,13 +276,20 @@ def text_bounds(model_path, reference: Dict, prompt_set_path, ceiling: Dict, flo
     per_prompt, earlier = [], []
     for p in prompts:
         answer = answers[p["id"]]
-        bounds = on_measured_scale(
-            prompt_bounds(p["tokens"], answer, earlier, ceiling["verify_costs"], limit),
-            measured.get(p["id"]),
-            floors.get(p["id"], 1.0),
-        )
+        spans = prompt_spans(p["tokens"], answer, earlier, limit)
+        modelled = prompt_bounds(p["tokens"], answer, earlier, ceiling["verify_costs"], limit, spans)
+        bounds = on_measured_scale(modelled, measured.get(p["id"]), floors.get(p["id"], 1.0))
         per_prompt.append(
-            {"prompt_id": p["id"], "category": p.get("category") or "-", "answer_tokens": len(answer), **bounds}
+            {
+                "prompt_id": p["id"],
+                "category": p.get("category") or "-",
+                "answer_tokens": len(answer),
+                **bounds,
+                # What is checked without timing: the speedups at the ceiling's costs, and the
+                # fewest passes each bound's spans allow.
+                "modelled": modelled,
+                "passes": prompt_passes(spans, limit),
+            }
         )
         earlier.append(list(answer))
     return {

@@ -1,15 +1,17 @@
 """The table of what drafting from the text can reach (ceiling/text_bounds.py), by category:
 the perfect-draft ceiling as measured, the copy, match and run-on bounds with and without
 memory across prompts on that measured scale, each as a speedup and a share of the ceiling,
-beside the best measured drafter from the text."""
+beside the best measured drafter from the text. A measured row against its bound there is a
+figure (`above_bounds`: timings of different cells); the checks are on passes counted and on
+rounds replayed at the bounds' own costs (`passes_below_bounds`, `replays_above_bounds`)."""
 
 import json
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
 import pandas as pd
 
-from ..ceiling.text_bounds import BOUNDS
+from ..ceiling.text_bounds import BOUNDS, pooled_bound, replayed_at
 from ..core.atomic import write_text
 from .compact import geomean
 from .techniques import OVERALL as ALL_PROMPTS
@@ -73,7 +75,11 @@ def bound_of(technique: str, config: str) -> Optional[str]:
 def above_bounds(frame: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     """The measured rows from the text (by category) that stand above their own bound on the
     same scale: the lower end of their speedup's interval above it. The bound is the target's
-    at the ceiling's longest draft length, the reach of rows drafting at most that many."""
+    at the ceiling's longest draft length, the reach of rows drafting at most that many. A
+    figure, not a check: the row's speedup is its own cell's timed pairs, the bound's scale the
+    ceiling cell's and the loop's, other processes at other moments, so a row that drafts
+    nothing can read above a bound of nothing to draft by noise alone. What a drafter keeps
+    is checked against its bound by `passes_below_bounds` and `replays_above_bounds`."""
     out = []
     for _, r in measured.iterrows():
         name = bound_of(str(r.technique), str(r.config))
@@ -87,6 +93,107 @@ def above_bounds(frame: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
                 {**r[["target", "category", "technique", "config", "speedup"]].to_dict(), "bound": name, "value": bound}
             )
     return pd.DataFrame(out, columns=["target", "category", "technique", "config", "speedup", "bound", "value"])
+
+
+def cell_bound(cell: Dict) -> Optional[str]:
+    """The bound that covers a cell from the text, as `bound_of` a row: prompt lookup's the
+    match bound (the run-on bound with `run_on`), suffix drafting's the match bound (with
+    memory where it drafts from other prompts' answers); None for a cell verifying draft trees
+    or of another technique (outside the bounds' reach)."""
+    if cell.get("technique") not in ("lookup", "suffix") or int(cell.get("branches") or 1) > 1:
+        return None
+    name = "run_on" if cell.get("run_on") else "match"
+    return name + ("_memory" if cell.get("memory") == "set" else "")
+
+
+def _bounds_of(cell: Dict, bounds: Sequence[Dict]) -> Optional[Dict]:
+    """The bounds file that covers a cell: its target's, prompt set's and answer length's, at
+    the shortest draft length of at least the cell's (so its costs price every round)."""
+    fits = [
+        b
+        for b in bounds
+        if b["model"] == cell.get("target")
+        and b["prompt_set"] == cell.get("prompt_set", b["prompt_set"])
+        and b["max_tokens"] == cell.get("max_tokens")
+        and b["num_draft"] >= int(cell.get("num_draft") or 0)
+    ]
+    return min(fits, key=lambda b: b["num_draft"]) if fits else None
+
+
+PASSES_COLUMNS = ["cell", "target", "technique", "prompt_id", "repeat", "tokens", "passes", "bound", "bound_passes"]
+
+
+def passes_below_bounds(cells: Dict[str, Dict], bounds: Sequence[Dict]) -> pd.DataFrame:
+    """The timed runs of cells from the text (`cells`: name -> cell JSON) that emitted their
+    prompt's answer in fewer passes than their bound's spans allow on that answer: runs that
+    kept more tokens per pass than the bound says the text holds. Nothing timed: passes are
+    counted, and only where the run's answer is the reference answer the bounds are found on
+    (a lossless prompt, every token)."""
+    out = []
+    for label, cell in cells.items():
+        name, b = cell_bound(cell), _bounds_of(cell, bounds)
+        if name is None or b is None:
+            continue
+        per = {p["prompt_id"]: p for p in b["per_prompt"] if "passes" in p}
+        for pp in cell.get("per_prompt") or []:
+            bound = per.get(pp["prompt_id"])
+            if bound is None or pp.get("lossless") is not True:
+                continue
+            for run in pp.get("runs", []):
+                c = run["candidate"]
+                if c["new_tokens"] == bound["answer_tokens"] and c["full_passes"] < bound["passes"][name]:
+                    out.append(
+                        {
+                            "cell": label,
+                            "target": cell["target"],
+                            "technique": cell["technique"],
+                            "prompt_id": pp["prompt_id"],
+                            "repeat": run.get("repeat"),
+                            "tokens": c["new_tokens"],
+                            "passes": c["full_passes"],
+                            "bound": name,
+                            "bound_passes": bound["passes"][name],
+                        }
+                    )
+    return pd.DataFrame(out, columns=PASSES_COLUMNS)
+
+
+REPLAY_COLUMNS = ["cell", "target", "technique", "bound", "replayed", "value"]
+
+
+def replays_above_bounds(cells: Dict[str, Dict], bounds: Sequence[Dict]) -> pd.DataFrame:
+    """The cells from the text whose rounds, replayed at the ceiling cell's recorded costs (the
+    bounds' `verify_costs`, `replayed_at`), emit their answers faster than their bound priced
+    at the same costs over the same prompts (`pooled_bound`): one set of costs on both sides,
+    so nothing timed is compared. Only cells lossless on every prompt (the answers the bounds
+    are found on); the replay's tokens are the ones the runs emitted (a round whose kept drafts
+    end the answer emits no token of its own, which the replay would count)."""
+    out = []
+    for label, cell in cells.items():
+        name, b = cell_bound(cell), _bounds_of(cell, bounds)
+        if name is None or b is None or not cell.get("lossless") or not cell.get("rounds"):
+            continue
+        per = [p for p in b["per_prompt"] if "modelled" in p]
+        if len(per) != len(b["per_prompt"]) or {p["prompt_id"] for p in per} != {
+            p["prompt_id"] for p in cell.get("per_prompt") or []
+        }:
+            continue
+        counted = sum(r["passes"] * (r["accepted"] + 1) for r in cell["rounds"])
+        emitted = sum(run["candidate"]["new_tokens"] for pp in cell["per_prompt"] for run in pp.get("runs", []))
+        replayed = replayed_at(cell["rounds"], b["verify_costs"]) * emitted / counted
+        value = pooled_bound(per, name)
+        if replayed > value + 1e-9:
+            out.append(
+                {
+                    "cell": label,
+                    "target": cell["target"],
+                    "technique": cell["technique"],
+                    "bound": name,
+                    "replayed": replayed,
+                    "value": value,
+                }
+            )
+    return pd.DataFrame(out, columns=REPLAY_COLUMNS)
 
 
 def _best(rows: pd.DataFrame) -> str:
