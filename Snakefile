@@ -7,7 +7,8 @@
 #   resources/heads/<head>/                       a draft head, fetched and checked
 #   results/prompts/<prompt_set>.yaml             the prompts every cell times
 #   results/reference/<model>/<prompt_set>.json   mlx-lm's greedy tokens (ground truth)
-#   results/noise/<model>.json                    the A/A run: plain against plain
+#   results/costs/<model>/<kind>.json             a cost model: what a round of k drafts costs, per target kind
+#   results/noise/<model>/rep<r>.json             the A/A run: plain against plain
 #   results/layerskip/<model>/<strategy>/skip<f>_draft<k>.json   one layer-skipping cell
 #   results/twomodel/<target>/<draft>/draft<k>.json              one two-model cell
 #   results/lookup/<model>/ngram<n>_draft<k>.json                one prompt-lookup cell
@@ -47,6 +48,7 @@ if not workflow.overwrite_configfiles:
 include: "rules/common.smk"
 include: "rules/models.smk"
 include: "rules/plain.smk"
+include: "rules/costs.smk"
 include: "rules/layerskip.smk"
 include: "rules/twomodel.smk"
 include: "rules/lookup.smk"

@@ -7,11 +7,12 @@ rule ceiling_cell:
     input:
         unpack(cell_inputs("ceiling")),
     output:
-        "results/ceiling/{model}/draft{draft}.json",
+        "results/ceiling/{model}/draft{draft}/rep{replicate}.json",
     log:
-        "logs/ceiling/{model}/draft{draft}.log",
+        "logs/ceiling/{model}/draft{draft}/rep{replicate}.log",
     benchmark:
-        "benchmarks/ceiling/{model}/draft{draft}.tsv"
+        "benchmarks/ceiling/{model}/draft{draft}/rep{replicate}.tsv"
+    priority: replicate_priority
     conda:
         "../envs/fewerpasses.yaml"
     resources:
@@ -29,7 +30,7 @@ rule text_bounds:
     input:
         unpack(cell_inputs("ceiling")),
         unpack(get_loop_floor),
-        ceiling=rules.ceiling_cell.output[0],
+        ceiling=get_ceiling_replicates,
     output:
         "results/text_bounds/{model}/draft{draft}.json",
     log:

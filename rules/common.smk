@@ -14,7 +14,9 @@ from fewerpasses.pipeline.config import ConfigError, check_config, renamed_keys,
 from fewerpasses.core.guards import guard_environment
 from fewerpasses.core.prompts import FETCHED, prompt_set_file
 from fewerpasses.core.sources import widened_base
+from fewerpasses.pipeline.costs import cell_kind, check_pinned, cost_jobs, pinned_file
 from fewerpasses.report.results_file import command_for, run_name
+from fewerpasses.core.technique import replicates
 from fewerpasses.techniques import REGISTRY as TECHNIQUES, checked, lossless
 
 SCHEMA = Path(workflow.basedir, "config", "schemas", "config.schema.yaml")
@@ -27,6 +29,7 @@ except WorkflowError:
     # Snakemake's message dumps the whole schema; name just the bad keys and values.
     raise ConfigError("invalid config:\n  " + "\n  ".join(schema_errors(config, SCHEMA))) from None
 check_config(config, workflow.basedir)
+check_pinned(config, workflow.basedir)
 
 
 GENERATION = config["generation"]
@@ -63,6 +66,8 @@ wildcard_constraints:
     draft=r"\d+",
     question_set="[A-Za-z0-9_-]+",
     prompt_set="[A-Za-z0-9_-]+",
+    replicate=r"\d+",
+    kind="[A-Za-z0-9._-]+",
 
 
 # Guards for every job (fewerpasses/core/guards.py): memory_guard and generation.require_lossless
@@ -177,8 +182,50 @@ def get_question_set(wildcards):
 
 def cell_params(name):
     """A cell's params, from its wildcards and its technique's section only: adding grid
-    values never changes an existing cell's params."""
-    return lambda wildcards: TECHNIQUES[name].params(wildcards, config)
+    values never changes an existing cell's params. Its replicate is one of them (it seeds
+    the prompt order)."""
+    return lambda wildcards: {**TECHNIQUES[name].params(wildcards, config), "replicate": int(wildcards.replicate)}
+
+
+def replicate_priority(wildcards):
+    """Earlier replicates first: every cell's first replicate runs before any cell's second,
+    so a cell's replicates are spread over the run rather than run back to back."""
+    return -int(wildcards.replicate)
+
+
+# The run's cost models, by (model, target kind): rules/costs.smk.
+COST_JOBS = cost_jobs(config)
+
+
+def cost_file(model, kind):
+    """The cost model a (model, kind)'s cells price their rounds at: the pinned file
+    (cost_model.pinned) where one is pinned, else the run's own (rule cost_model)."""
+    pinned = pinned_file(config, model, kind, workflow.basedir)
+    return str(pinned) if pinned else output_path(rules.cost_model.output[0], model=model, kind=kind)
+
+
+def get_cost_job(wildcards):
+    return COST_JOBS[(wildcards.model, wildcards.kind)]
+
+
+def get_cost_inputs(wildcards):
+    """What a cost model is measured on: its first cell's model inputs (the target, its greedy
+    tokens for the context, a head)."""
+    return {k: rule_file(v) for k, v in get_cost_job(wildcards).inputs.items()}
+
+
+def get_cost_params(wildcards):
+    job = get_cost_job(wildcards)
+    section = config.get("cost_model") or {}
+    return {
+        "cost_target": TECHNIQUES[job.technique].cost_target,
+        "params": job.params,
+        "max_draft": job.max_draft,
+        "trees": job.trees,
+        "rounds": section.get("rounds", 30),
+        "warmup": section.get("warmup", 5),
+        "seed": section.get("seed", 0),
+    }
 
 
 def named_inputs(inputs):
@@ -197,9 +244,19 @@ def listed_outputs(outputs):
 
 
 def cell_inputs(name):
-    """A cell's inputs: the prompt set, and the files its technique's registry entry names."""
-    named = named_inputs(TECHNIQUES[name].inputs)
-    return lambda wildcards: {"prompts": get_prompt_set(wildcards), **named(wildcards)}
+    """A cell's inputs: the prompt set, the files its technique's registry entry names, and
+    for a cell that prices its rounds, its target kind's cost model."""
+    t = TECHNIQUES[name]
+    named = named_inputs(t.inputs)
+
+    def get_cell_inputs(wildcards):
+        out = {"prompts": get_prompt_set(wildcards), **named(wildcards)}
+        kind = cell_kind(t, dict(wildcards.items()), config)
+        if kind is not None:
+            out["costs"] = cost_file(getattr(wildcards, t.target_wildcard), kind)
+        return out
+
+    return get_cell_inputs
 
 
 def technique_cells(name, target=None):
@@ -239,14 +296,24 @@ def get_own_quality_files(wildcards=None):
 
 def get_text_bounds_files(wildcards=None):
     """The text bounds of every ceiling cell (rules/ceiling.smk): one per (model, draft length)."""
-    return [output_path(rules.text_bounds.output[0], **w) for w in TECHNIQUES["ceiling"].cells(config)]
+    return [output_path(rules.text_bounds.output[0], **w) for w in TECHNIQUES["ceiling"].grid(config)]
+
+
+def replicate_files(rule_name, wildcards):
+    """Every replicate's file of the cell of `rule_name` at `wildcards` (less its replicate)."""
+    return [rule_file((rule_name, {**wildcards, "replicate": str(r)})) for r in range(1, replicates(config) + 1)]
+
+
+def get_ceiling_replicates(wildcards):
+    """The ceiling cell's replicates that a text bound is priced from."""
+    return replicate_files("ceiling_cell", {"model": wildcards.model, "draft": wildcards.draft})
 
 
 def get_loop_floor(wildcards):
     """The model's lookup cell at draft length 0 (the loop without drafts), where the run has
     it: the text bounds' measured speed of decoding without drafts."""
-    floor = [w for w in TECHNIQUES["lookup"].cells(config, wildcards.model) if w["draft"] == "0"]
-    return {"floor": rule_file(("lookup_cell", floor[0]))} if floor else {}
+    floor = [w for w in TECHNIQUES["lookup"].grid(config) if w["model"] == wildcards.model and w["draft"] == "0"]
+    return {"floor": replicate_files("lookup_cell", floor[0])} if floor else {}
 
 
 def get_category_table(wildcards=None):
@@ -264,7 +331,8 @@ def get_noise_files(wildcards=None):
     # Absent: every model a lossless technique runs on; an empty list: none.
     given = config["noise"].get("models")
     targets = lossless_targets() if given is None else given
-    return [output_path(rules.noise_floor.output[0], model=m) for m in sorted(targets)]
+    reps = range(1, replicates(config) + 1)
+    return [output_path(rules.noise_floor.output[0], model=m, replicate=r) for m in sorted(targets) for r in reps]
 
 
 def get_check_inputs(wildcards):
@@ -360,11 +428,12 @@ def plan_cell_jobs():
                         {"rule": v[0], "file": rule_file(v), "model": v[1].get("model", w[t.target_wildcard])}
                         for v in inputs.values()
                         if v[0] != "quantize_model"
-                    ],
+                    ]
+                    + plan_cost_needs(t, w),
                 }
             )
     for f in get_noise_files():
-        m = Path(f).stem
+        m = Path(f).parent.name
         params = {"max_tokens": GENERATION["max_tokens"], "warmup": GENERATION["warmup"]}
         params["repeats"] = config["noise"].get("repeats", GENERATION["repeats"])
         jobs.append(
@@ -381,6 +450,27 @@ def plan_cell_jobs():
             }
         )
     return jobs
+
+
+def plan_cost_needs(t, w):
+    """The cost model a cell reads, as the plan prices it (none where it is pinned)."""
+    kind = cell_kind(t, w, config)
+    target = w[t.target_wildcard]
+    if kind is None or pinned_file(config, target, kind, workflow.basedir):
+        return []
+    job = COST_JOBS[(target, kind)]
+    cost = get_cost_params(SimpleNamespace(model=target, kind=kind))
+    return [
+        {
+            "rule": "cost_model",
+            "file": cost_file(target, kind),
+            "model": target,
+            "max_draft": job.max_draft,
+            "trees": job.trees,
+            "draft": kind != "plain",
+            "cost": cost,
+        }
+    ]
 
 
 def priced_as(diffusion_model):

@@ -10,11 +10,12 @@ rule diffusion_cell:
     input:
         unpack(cell_inputs("diffusion")),
     output:
-        "results/diffusion/{model}/{baseline}/block{block}_thr{threshold}.json",
+        "results/diffusion/{model}/{baseline}/block{block}_thr{threshold}/rep{replicate}.json",
     log:
-        "logs/diffusion/{model}/{baseline}/block{block}_thr{threshold}.log",
+        "logs/diffusion/{model}/{baseline}/block{block}_thr{threshold}/rep{replicate}.log",
     benchmark:
-        "benchmarks/diffusion/{model}/{baseline}/block{block}_thr{threshold}.tsv"
+        "benchmarks/diffusion/{model}/{baseline}/block{block}_thr{threshold}/rep{replicate}.tsv"
+    priority: replicate_priority
     conda:
         "../envs/fewerpasses.yaml"
     resources:

@@ -23,11 +23,12 @@ rule head_cell:
     input:
         unpack(cell_inputs("head")),
     output:
-        "results/head/{model}/{head}/draft{draft}.json",
+        "results/head/{model}/{head}/draft{draft}/rep{replicate}.json",
     log:
-        "logs/head/{model}/{head}/draft{draft}.log",
+        "logs/head/{model}/{head}/draft{draft}/rep{replicate}.log",
     benchmark:
-        "benchmarks/head/{model}/{head}/draft{draft}.tsv"
+        "benchmarks/head/{model}/{head}/draft{draft}/rep{replicate}.tsv"
+    priority: replicate_priority
     conda:
         "../envs/fewerpasses.yaml"
     resources:

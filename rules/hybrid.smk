@@ -7,11 +7,12 @@ rule hybrid_cell:
     input:
         unpack(cell_inputs("hybrid")),
     output:
-        "results/hybrid/{model}/{head}/draft{draft}.json",
+        "results/hybrid/{model}/{head}/draft{draft}/rep{replicate}.json",
     log:
-        "logs/hybrid/{model}/{head}/draft{draft}.log",
+        "logs/hybrid/{model}/{head}/draft{draft}/rep{replicate}.log",
     benchmark:
-        "benchmarks/hybrid/{model}/{head}/draft{draft}.tsv"
+        "benchmarks/hybrid/{model}/{head}/draft{draft}/rep{replicate}.tsv"
+    priority: replicate_priority
     conda:
         "../envs/fewerpasses.yaml"
     resources:

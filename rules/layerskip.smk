@@ -84,11 +84,12 @@ rule layerskip_cell:
     input:
         unpack(cell_inputs("layerskip")),
     output:
-        "results/layerskip/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}.json",
+        "results/layerskip/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}/rep{replicate}.json",
     log:
-        "logs/layerskip/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}.log",
+        "logs/layerskip/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}/rep{replicate}.log",
     benchmark:
-        "benchmarks/layerskip/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}.tsv"
+        "benchmarks/layerskip/{model}/{strategy}/skip{skip}_draft{draft}{engine_tag}/rep{replicate}.tsv"
+    priority: replicate_priority
     conda:
         "../envs/fewerpasses.yaml"
     resources:

@@ -7,11 +7,12 @@ rule lookup_cell:
     input:
         unpack(cell_inputs("lookup")),
     output:
-        "results/lookup/{model}/ngram{max_ngram}_draft{draft}{run_on}.json",
+        "results/lookup/{model}/ngram{max_ngram}_draft{draft}{run_on}/rep{replicate}.json",
     log:
-        "logs/lookup/{model}/ngram{max_ngram}_draft{draft}{run_on}.log",
+        "logs/lookup/{model}/ngram{max_ngram}_draft{draft}{run_on}/rep{replicate}.log",
     benchmark:
-        "benchmarks/lookup/{model}/ngram{max_ngram}_draft{draft}{run_on}.tsv"
+        "benchmarks/lookup/{model}/ngram{max_ngram}_draft{draft}{run_on}/rep{replicate}.tsv"
+    priority: replicate_priority
     conda:
         "../envs/fewerpasses.yaml"
     resources:

@@ -65,11 +65,12 @@ rule noise_floor:
         prompts=get_prompt_set,
         reference=get_reference,
     output:
-        "results/noise/{model}.json",
+        "results/noise/{model}/rep{replicate}.json",
     log:
-        "logs/noise/{model}.log",
+        "logs/noise/{model}/rep{replicate}.log",
     benchmark:
-        "benchmarks/noise/{model}.tsv"
+        "benchmarks/noise/{model}/rep{replicate}.tsv"
+    priority: replicate_priority
     conda:
         "../envs/fewerpasses.yaml"
     resources:

@@ -8,11 +8,12 @@ rule recycle_cell:
     input:
         unpack(cell_inputs("recycle")),
     output:
-        "results/recycle/{model}/draft{draft}_{memory}_b{branches}.json",
+        "results/recycle/{model}/draft{draft}_{memory}_b{branches}/rep{replicate}.json",
     log:
-        "logs/recycle/{model}/draft{draft}_{memory}_b{branches}.log",
+        "logs/recycle/{model}/draft{draft}_{memory}_b{branches}/rep{replicate}.log",
     benchmark:
-        "benchmarks/recycle/{model}/draft{draft}_{memory}_b{branches}.tsv"
+        "benchmarks/recycle/{model}/draft{draft}_{memory}_b{branches}/rep{replicate}.tsv"
+    priority: replicate_priority
     conda:
         "../envs/fewerpasses.yaml"
     resources:

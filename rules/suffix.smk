@@ -8,11 +8,12 @@ rule suffix_cell:
     input:
         unpack(cell_inputs("suffix")),
     output:
-        "results/suffix/{model}/draft{draft}_{memory}_b{branches}.json",
+        "results/suffix/{model}/draft{draft}_{memory}_b{branches}/rep{replicate}.json",
     log:
-        "logs/suffix/{model}/draft{draft}_{memory}_b{branches}.log",
+        "logs/suffix/{model}/draft{draft}_{memory}_b{branches}/rep{replicate}.log",
     benchmark:
-        "benchmarks/suffix/{model}/draft{draft}_{memory}_b{branches}.tsv"
+        "benchmarks/suffix/{model}/draft{draft}_{memory}_b{branches}/rep{replicate}.tsv"
+    priority: replicate_priority
     conda:
         "../envs/fewerpasses.yaml"
     resources:

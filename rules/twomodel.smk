@@ -6,11 +6,12 @@ rule twomodel_cell:
     input:
         unpack(cell_inputs("twomodel")),
     output:
-        "results/twomodel/{model}/{draft_model}/draft{draft}.json",
+        "results/twomodel/{model}/{draft_model}/draft{draft}/rep{replicate}.json",
     log:
-        "logs/twomodel/{model}/{draft_model}/draft{draft}.log",
+        "logs/twomodel/{model}/{draft_model}/draft{draft}/rep{replicate}.log",
     benchmark:
-        "benchmarks/twomodel/{model}/{draft_model}/draft{draft}.tsv"
+        "benchmarks/twomodel/{model}/{draft_model}/draft{draft}/rep{replicate}.tsv"
+    priority: replicate_priority
     conda:
         "../envs/fewerpasses.yaml"
     resources:

@@ -13,6 +13,7 @@ result = head_cell(
     snakemake.input.head,
     model_name=snakemake.wildcards.model,
     head_name=snakemake.wildcards.head,
+    costs=snakemake.input.costs,
     **snakemake.params.cell,
 )
 write_cell(result, snakemake.output[0])

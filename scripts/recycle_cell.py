@@ -11,6 +11,7 @@ result = recycle_cell(
     json.load(open(snakemake.input.reference)),
     snakemake.input.prompts,
     model_name=snakemake.wildcards.model,
+    costs=snakemake.input.costs,
     **snakemake.params.cell,
 )
 write_cell(result, snakemake.output[0])

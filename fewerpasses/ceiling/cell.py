@@ -19,7 +19,9 @@ def ceiling_cell(
     max_tokens: int,
     repeats: int,
     warmup: int,
-    cost_repeats: int = 5,
+    replicate: int = 1,
+    costs=None,
+    cost_rounds: int = 5,
 ) -> Dict:
     """Run one ceiling cell and return its JSON (measure.results), with the verify costs it
     measured and the speedup its rounds predict at them, as a prompt-lookup cell records them.
@@ -38,6 +40,7 @@ def ceiling_cell(
         "max_tokens": max_tokens,
         "repeats": repeats,
         "warmup": warmup,
+        "replicate": replicate,
     }
 
     def make_stream(model, costs, answers):
@@ -54,6 +57,7 @@ def ceiling_cell(
         settings,
         make_stream,
         num_draft=num_draft,
-        cost_repeats=cost_repeats,
+        costs=costs,
+        cost_rounds=cost_rounds,
         sees_answers=True,
     )

@@ -5,7 +5,7 @@ every other row is read as a share of it (report/techniques.py)."""
 
 from typing import Dict, List
 
-from ..core.technique import Technique, best, check_models, generation_settings
+from ..core.technique import Technique, best, check_models, generation_settings, plain_kind
 
 
 def _section(config: Dict) -> Dict:
@@ -48,4 +48,5 @@ TECHNIQUE = Technique(
     outputs=outputs,
     check=check,
     on_lookup_loop=True,
+    cost_kind=plain_kind,
 )

@@ -114,6 +114,13 @@ class Technique:
     # "module:function" `(params, model dirs by input name) -> (target dir, measure.cell.Loads)`:
     # what a cell holds besides its target, for its memory plan; the cell uses the same.
     loads: str = "fewerpasses.measure.cell:loads"
+    # (a cell's wildcards, its params) -> the target kind whose cost model its rounds are priced
+    # at (measure/cost_model.py; rule cost_model): "plain" for the target alone, shared by every
+    # technique that runs the bare target; None for a technique that prices no rounds.
+    cost_kind: Optional[Callable[[Wildcards, Dict[str, Any]], str]] = None
+    # "module:function" `(model, a cell's params, the cost job's inputs by name) ->
+    # measure.cost_model.CostTarget`: what that kind's cost model is measured on.
+    cost_target: str = "fewerpasses.measure.cost_model:plain_target"
 
     @property
     def rule(self) -> str:
@@ -121,8 +128,14 @@ class Technique:
         return f"{self.name}_cell"
 
     def cells(self, config: Config, target: Optional[str] = None) -> List[Wildcards]:
-        """The wildcards of every cell, or of one target's."""
-        return [w for w in self.grid(config) if target in (None, w[self.target_wildcard])]
+        """The wildcards of every cell, or of one target's: each grid point once per replicate
+        (`generation.replicates`, each its own process and job)."""
+        return [
+            {**w, "replicate": str(r)}
+            for w in self.grid(config)
+            if target in (None, w[self.target_wildcard])
+            for r in range(1, replicates(config) + 1)
+        ]
 
     def rebuilder(self) -> Callable:
         if self.rebuild is None:
@@ -141,6 +154,19 @@ def generation_settings(config: Dict) -> Dict:
     """The generation settings every cell shares (config `generation:`)."""
     g = config["generation"]
     return {"max_tokens": g["max_tokens"], "repeats": g["repeats"], "warmup": g["warmup"]}
+
+
+def replicates(config: Dict) -> int:
+    """How many independent processes measure each cell (`generation.replicates`)."""
+    return int(config["generation"].get("replicates", 1))
+
+
+PLAIN_KIND = "plain"
+
+
+def plain_kind(wildcards: Wildcards, params: Dict) -> str:
+    """The cost kind of a technique that runs the bare target (lookup's loop, unadorned)."""
+    return PLAIN_KIND
 
 
 def best(cells: List[Dict]) -> Optional[Dict]:

@@ -10,14 +10,14 @@ tokens; `first_kept` is the share of rounds whose first drafted token was kept.
 """
 
 from pathlib import Path
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Tuple
 
 from ..lookup.cell import costs_of, gated, run_drafting_cell
 from ..lookup.draft import DraftPolicy
 from ..lookup.loop import lookup_stream
 from ..measure.cell import Loads
 from ..core.stats import first_kept
-from ..measure.costs import draft_seconds
+from ..measure.cost_model import CostTarget
 from .draft import HeadDrafter
 from .model import load_head
 from .target import HeadedTarget
@@ -38,9 +38,15 @@ def head_stream(headed: HeadedTarget, max_tokens: int, policy: DraftPolicy, min_
     return stream
 
 
-def draft_costs(headed: HeadedTarget, context: Sequence[int], ks: Sequence[int], repeats: int) -> Dict[int, float]:
-    """Seconds for the head to draft k tokens (every step, no early stop) after `context`."""
-    return draft_seconds(headed, context, ks, repeats, lambda tokens: HeadDrafter(headed, tokens, min_prob=0.0))
+def drafter_of(headed: HeadedTarget):
+    """What a cost model times the head's drafting with: every step, no early stop."""
+    return lambda tokens: HeadDrafter(headed, tokens, min_prob=0.0)
+
+
+def cost_target(model, params: Dict, inputs: Dict) -> CostTarget:
+    """The headed target a head's cost model is measured on (rule cost_model)."""
+    headed = HeadedTarget(model, load_head(Path(inputs["head"]), dtype=model.model.norm.weight.dtype))
+    return CostTarget(headed, drafter_of(headed))
 
 
 def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
@@ -71,7 +77,9 @@ def head_cell(
     max_tokens: int,
     repeats: int,
     warmup: int,
-    cost_repeats: int = 5,
+    replicate: int = 1,
+    costs=None,
+    cost_rounds: int = 5,
     head_source: str = "",
 ) -> Dict:
     """Run one draft-head cell and return its JSON (measure.results), with the verify and draft
@@ -91,6 +99,7 @@ def head_cell(
         "max_tokens": max_tokens,
         "repeats": repeats,
         "warmup": warmup,
+        "replicate": replicate,
     }
     state: Dict = {}
 
@@ -110,9 +119,10 @@ def head_cell(
         settings,
         make_stream,
         num_draft=num_draft,
-        cost_repeats=cost_repeats,
+        costs=costs,
+        cost_rounds=cost_rounds,
         runs_on=runs_on,
-        draft_costs=draft_costs,
+        make_drafter=lambda tokens: drafter_of(state["headed"])(tokens),
         extra_weights=lambda headed: headed.head,
         loads_of=loads({"num_draft": num_draft}, {"model": str(model_path), "head": str(head_path)})[1],
     )

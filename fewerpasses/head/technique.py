@@ -78,4 +78,6 @@ TECHNIQUE = Technique(
     check=check,
     loads="fewerpasses.head.cell:loads",
     on_lookup_loop=True,
+    cost_kind=lambda w, p: f"head-{w['head']}",
+    cost_target="fewerpasses.head.cell:cost_target",
 )

@@ -5,7 +5,7 @@ the head and the table attached; the verify curve is measured on it, the head's 
 beside it. The cell records how many rounds each source won (`chosen`)."""
 
 from pathlib import Path
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Tuple
 
 from ..core.stats import first_kept
 from ..head.draft import HeadDrafter
@@ -15,7 +15,8 @@ from ..lookup.cell import costs_of, gated, run_drafting_cell
 from ..lookup.draft import DraftPolicy
 from ..lookup.loop import lookup_stream
 from ..measure.cell import Loads
-from ..measure.costs import DecodeCosts, draft_seconds
+from ..measure.cost_model import CostTarget
+from ..measure.costs import DecodeCosts
 from ..recycle.table import RecyclingTarget
 from ..suffix.draft import SuffixSettings
 from .draft import HybridDrafter
@@ -46,9 +47,15 @@ def hybrid_stream(runner: RecyclingTarget, max_tokens: int, policy: DraftPolicy,
     return stream
 
 
-def draft_costs(runner: RecyclingTarget, context: Sequence[int], ks: Sequence[int], repeats: int) -> Dict[int, float]:
-    """Seconds for the head to draft k tokens over the hybrid's cache."""
-    return draft_seconds(runner, context, ks, repeats, lambda tokens: HeadDrafter(runner.target, tokens, min_prob=0.0))
+def drafter_of(runner: RecyclingTarget):
+    """What a cost model times the head's drafting with, over the hybrid's cache."""
+    return lambda tokens: HeadDrafter(runner.target, tokens, min_prob=0.0)
+
+
+def cost_target(model, params: Dict, inputs: Dict) -> CostTarget:
+    """The target with its head and table a hybrid's cost model is measured on (rule cost_model)."""
+    runner = hybrid_model(model, Path(inputs["head"]), int(params["top_k"]))
+    return CostTarget(runner, drafter_of(runner))
 
 
 def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
@@ -81,7 +88,9 @@ def hybrid_cell(
     max_tokens: int,
     repeats: int,
     warmup: int,
-    cost_repeats: int = 5,
+    replicate: int = 1,
+    costs=None,
+    cost_rounds: int = 5,
     head_source: str = "",
 ) -> Dict:
     policy = _policy(num_draft)
@@ -99,8 +108,14 @@ def hybrid_cell(
         "max_tokens": max_tokens,
         "repeats": repeats,
         "warmup": warmup,
+        "replicate": replicate,
     }
     chosen: Dict[str, int] = {}
+    state: Dict = {}
+
+    def runs_on(model):
+        state["runner"] = hybrid_model(model, Path(head_path), top_k)
+        return state["runner"]
 
     def make_stream(runner, costs):
         run = gated(policy, costs) if cost_gate else policy
@@ -113,9 +128,10 @@ def hybrid_cell(
         settings,
         make_stream,
         num_draft=num_draft,
-        cost_repeats=cost_repeats,
-        runs_on=lambda model: hybrid_model(model, Path(head_path), top_k),
-        draft_costs=draft_costs,
+        costs=costs,
+        cost_rounds=cost_rounds,
+        runs_on=runs_on,
+        make_drafter=lambda tokens: drafter_of(state["runner"])(tokens),
         extra_weights=lambda runner: runner.target.head,
         loads_of=loads({"num_draft": num_draft, "top_k": top_k}, {"model": str(model_path), "head": str(head_path)})[1],
     )

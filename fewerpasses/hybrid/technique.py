@@ -57,4 +57,6 @@ TECHNIQUE = Technique(
     check=check,
     loads="fewerpasses.hybrid.cell:loads",
     on_lookup_loop=True,
+    cost_kind=lambda w, p: f"hybrid-{w['head']}-top{p['top_k']}",
+    cost_target="fewerpasses.hybrid.cell:cost_target",
 )

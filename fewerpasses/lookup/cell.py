@@ -1,13 +1,13 @@
 """A prompt-lookup cell: plain decoding against prompt-lookup decoding of the same model, for
 one (max n-gram, draft length), every token checked against the reference."""
 
-import statistics
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..core.models import weight_gb
 from ..measure.cell import Candidate, Loads, loads, run_cell
-from ..measure.costs import DecodeCosts, decode_costs, replayed_speedup
+from ..measure.cost_model import CostTarget, context_of, decode_costs_of, end_probe, load_cost_file, measure
+from ..measure.costs import DecodeCosts, replayed_speedup
 from .draft import DraftPolicy, needed_acceptance
 from .loop import lookup_stream
 
@@ -79,12 +79,15 @@ def lookup_cell(
     max_tokens: int,
     repeats: int,
     warmup: int,
+    replicate: int = 1,
     cost_gate: bool = False,
-    cost_repeats: int = 5,
+    costs=None,
+    cost_rounds: int = 5,
     run_on: bool = False,
 ) -> Dict:
-    """Run one prompt-lookup cell and return its JSON (measure.results), with the verify costs
-    it measured (`verify_costs`) and the speedup its rounds predict at them (`replayed_speedup`)."""
+    """Run one prompt-lookup cell and return its JSON (measure.results), with the costs it
+    priced its rounds at (`verify_costs`, from `costs`: see run_drafting_cell) and the speedup
+    its rounds predict at them (`replayed_speedup`)."""
     policy = DraftPolicy(
         num_draft=num_draft, max_ngram=max_ngram, min_ngram=min_ngram, adaptive=adaptive, run_on=run_on
     )
@@ -102,6 +105,7 @@ def lookup_cell(
         "max_tokens": max_tokens,
         "repeats": repeats,
         "warmup": warmup,
+        "replicate": replicate,
     }
 
     def make_stream(model, costs):
@@ -109,7 +113,14 @@ def lookup_cell(
         return lambda prompt, caches=None: lookup_stream(model, prompt, max_tokens, run, caches)
 
     return run_drafting_cell(
-        model_path, reference, prompt_set_path, settings, make_stream, num_draft=num_draft, cost_repeats=cost_repeats
+        model_path,
+        reference,
+        prompt_set_path,
+        settings,
+        make_stream,
+        num_draft=num_draft,
+        costs=costs,
+        cost_rounds=cost_rounds,
     )
 
 
@@ -121,56 +132,66 @@ def run_drafting_cell(
     make_stream: Callable,
     *,
     num_draft: int,
-    cost_repeats: int,
+    costs=None,
+    cost_rounds: int = 5,
     sees_answers: bool = False,
     tree: bool = False,
     runs_on: Optional[Callable] = None,
-    draft_costs: Optional[Callable] = None,
+    make_drafter: Optional[Callable] = None,
     loads_of: Optional[Loads] = None,
     extra_weights: Optional[Callable] = None,
 ) -> Dict:
-    """A cell of any drafter on prompt lookup's loop (n-gram, suffix, the ceiling): the verify
-    curve (one forward of 1..num_draft + 1 tokens) and plain decoding's pipelined token time,
-    measured at the prompts' median context before the timed runs, then the runs of the
-    candidate `make_stream(model, costs[, answers])` makes from them (a cost gate drafts
-    against them), and the cell's record of the costs (`verify_costs`) and of the speedup its
-    rounds predict at them (`replayed_speedup`: why it won or lost). `sees_answers`: the
-    ceiling's, see measure.cell.run_cell. `tree`: the candidate may verify draft trees, so
-    their passes (two branches of 1..num_draft + 1 tokens) are measured with the curve.
-    `runs_on(target)`: the model the loop runs, where it is not the target itself (a target
-    with its draft head): the curve is measured on it. `draft_costs(that model, context, ks,
-    repeats)`: seconds to draft each k tokens, for a drafter that computes; the gate and the
-    replayed speedup add them to each round. `loads_of`: the cell's memory plan's loads, where
+    """A cell of any drafter on prompt lookup's loop (n-gram, suffix, the ceiling, the head...):
+    the runs of the candidate `make_stream(model, costs[, answers])` makes from the cell's cost
+    model (a cost gate drafts against it), the cell's record of those costs (`verify_costs`),
+    the speedup its rounds predict at them (`replayed_speedup`: why it won or lost), and a
+    short probe at its end of how far the machine moved from them (`cost_drift`).
+
+    costs: the run's cost model for this cell's target kind (measure/cost_model.py), as the
+      path of its file or its loaded JSON; None measures one in this process first, with
+      `cost_rounds` rounds (a direct call; the pipeline always passes the run's file).
+    `sees_answers`: the ceiling's, see measure.cell.run_cell. `tree`: the candidate may verify
+    draft trees, priced at the cost model's tree passes. `runs_on(target)`: the model the loop
+    runs, where it is not the target itself (a target with its draft head). `make_drafter`:
+    for a drafter that computes, its index over a filled cache (what an in-process cost model
+    times; measure/cost_model.py:CostTarget). `loads_of`: the cell's memory plan's loads, where
     the candidate holds more than the target. `extra_weights(that model)`: the module whose
     weights the candidate adds to the target's (a draft head), recorded as `extra_weight_gb`."""
-    context = statistics.median_low(o["prompt_tokens"] for o in reference["outputs"])
+    context = context_of(reference)
     state = {}
 
     def build(model, tokenizer, *answers):
-        ks = range(1, num_draft + 2)
         runner = runs_on(model) if runs_on is not None else model
-        costs = decode_costs(runner, [0] * context, ks, cost_repeats, tree_ks=ks if tree else ())
-        if draft_costs is not None:
-            drafts = draft_costs(runner, [0] * context, range(1, num_draft + 1), cost_repeats)
-            costs = DecodeCosts(costs.verify, costs.plain_token, costs.tree, drafts)
-        state["costs"] = costs
+        target = CostTarget(runner, make_drafter)
+        if costs is None:
+            file = {
+                "source": "measured in the cell",
+                **measure(target, [0] * context, num_draft, rounds=cost_rounds, warmup=1, seed=0, trees=tree),
+            }
+        else:
+            file = load_cost_file(costs)
+        state.update(target=target, file=file, costs=decode_costs_of(file, num_draft))
         extra = weight_gb(extra_weights(runner)) if extra_weights is not None else 0.0
-        return Candidate(make_stream(runner, costs, *answers), {"extra_weight_gb": extra})
+        return Candidate(make_stream(runner, state["costs"], *answers), {"extra_weight_gb": extra})
 
     held = (
         loads_of or loads({"num_draft": num_draft, "branches": settings.get("branches", 1)}, {"model": model_path})[1]
     )
     result = run_cell(model_path, reference, prompt_set_path, settings, build, sees_answers=sees_answers, loads=held)
-    costs = state["costs"]
+    costs, file = state["costs"], state["file"]
     result["verify_costs"] = {
-        "context": context,
+        "context": file["context"],
         "seconds": {str(k): v for k, v in costs.verify.items()},
         "plain_token_seconds": costs.plain_token,
+        "source": file.get("source", "-"),
+        "digest": file.get("digest"),
     }
     if costs.tree:
         result["verify_costs"]["tree_seconds"] = {str(k): v for k, v in costs.tree.items()}
     if costs.draft:
         result["verify_costs"]["draft_seconds"] = {str(k): v for k, v in costs.draft.items()}
+    # How far the machine moved from the cost model over the cell: its curve's ends re-timed.
+    result["cost_drift"] = end_probe(state["target"], [0] * file["context"], file, sorted({1, 2, num_draft + 1}))
     # The speedup its rounds predict at those costs, plain decoding priced at its measured speed
     # and every drafting round charged for leaving the pipeline (an upper bound on that cost:
     # consecutive drafting rounds leave it once).

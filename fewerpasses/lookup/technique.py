@@ -3,7 +3,7 @@
 
 from typing import Dict, List
 
-from ..core.technique import ConfigError, Technique, best, check_models, generation_settings
+from ..core.technique import ConfigError, Technique, best, check_models, generation_settings, plain_kind
 
 
 def _section(config: Dict) -> Dict:
@@ -86,4 +86,5 @@ TECHNIQUE = Technique(
     wildcards={"max_ngram": r"\d+", "run_on": f"({RUN_ON})?"},
     check=check,
     on_lookup_loop=True,
+    cost_kind=plain_kind,
 )

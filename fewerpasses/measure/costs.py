@@ -59,6 +59,28 @@ def _tree_pass(model: nn.Module, cache, token: int, k: int, width: int = 2):
     return f
 
 
+def plain_token_fn(model: nn.Module, cache, context: Sequence[int], plain_tokens: int):
+    """fn() -> seconds per token of `plain_tokens` tokens of mlx-lm's `generate_step` after
+    `context` (already in `cache`), per token from the second on, since it frees its buffer
+    cache after the first; its cache entries are trimmed after."""
+    if plain_tokens < 3:
+        raise ValueError(f"plain_tokens must be at least 3 to time a pipelined token, got {plain_tokens}")
+    offset = cache[0].offset
+
+    def plain():
+        prompt = mx.array(context[-1:], dtype=mx.uint32)
+        times = [time.perf_counter() for _ in generate_step(prompt, model, max_tokens=plain_tokens, prompt_cache=cache)]
+        # generate_step leaves one step queued past its last token: let it finish before the
+        # next pass is timed, or that pass would wait for it.
+        mx.synchronize(generation_stream)
+        mx.synchronize()
+        for c in cache:
+            c.trim(c.offset - offset)
+        return (times[-1] - times[1]) / (len(times) - 2)
+
+    return plain
+
+
 @dataclass(frozen=True)
 class DecodeCosts:
     """What a speculative round is priced against, at one context: `verify[k]`, seconds of one
@@ -96,22 +118,8 @@ def decode_costs(
     """The verify curve and plain decoding's pipelined token time after `context`, timed
     round-robin together (plain: `plain_tokens` tokens of `generate_step`, per token from the
     second on, since it frees its buffer cache after the first; its cache entries trimmed after)."""
-    if plain_tokens < 3:
-        raise ValueError(f"plain_tokens must be at least 3 to time a pipelined token, got {plain_tokens}")
     cache = filled_cache(model, context)
-    offset = cache[0].offset
-
-    def plain():
-        prompt = mx.array(context[-1:], dtype=mx.uint32)
-        times = [time.perf_counter() for _ in generate_step(prompt, model, max_tokens=plain_tokens, prompt_cache=cache)]
-        # generate_step leaves one step queued past its last token: let it finish before the
-        # next pass is timed, or that pass would wait for it.
-        mx.synchronize(generation_stream)
-        mx.synchronize()
-        for c in cache:
-            c.trim(c.offset - offset)
-        return (times[-1] - times[1]) / (len(times) - 2)
-
+    plain = plain_token_fn(model, cache, context, plain_tokens)
     fns = {k: _verify_pass(model, cache, context[-1], k) for k in ks}
     trees = {("tree", k): _tree_pass(model, cache, context[-1], k) for k in tree_ks}
     timed = round_robin({**fns, **trees, "plain": plain}, repeats, warmup=1)

@@ -103,6 +103,10 @@ class PlannedJob:
     notes: List[str] = field(default_factory=list)
 
 
+# The rounds of a drafting cell's end probe (measure/cost_model.py:end_probe), and its warm-up.
+END_PROBE_ROUNDS = 7
+
+
 def paired_seconds(
     rates: Rates,
     prompts: Sequence[int],
@@ -370,11 +374,9 @@ def write_plan(
             candidate_token=candidate_factor(job["technique"], p, r),
             cached_models=1 + len(loads.caches),
             models=len(job["dirs"]),
-            # A draft tree's cell also times two-branch passes: priced as chains of twice the rows.
-            cost_rows=([*range(1, k + 2)] + [2 * j for j in range(1, k + 2) if p.get("branches", 1) > 1])
-            if drafting
-            else (),
-            cost_repeats=int(p.get("cost_repeats", 5)),
+            # A drafting cell ends with a short probe of its curve's ends (measure/cost_model.py).
+            cost_rows=sorted({1, 2, k + 1}) if drafting else (),
+            cost_repeats=END_PROBE_ROUNDS,
         )
         tokens = 2 * p["max_tokens"] * len(ps) * p["repeats"]
         add(
@@ -423,6 +425,15 @@ def support_job(need: Dict, r: Rates, prompts: Sequence[int], config: Dict) -> P
     if rule == "reference_outputs":
         s = base + sum(p * r.prefill_token_seconds + T * r.plain(p + T / 2) for p in prompts)
         return PlannedJob(rule, need["file"], need["model"], s, r.source, T * len(prompts))
+    if rule == "cost_model":
+        # Every pass once a round: 1..max_draft + 1 tokens (twice the rows for a tree's), the
+        # plain tokens, and a computing drafter's k drafts at about a plain token each.
+        k, c = need["max_draft"], need["cost"]
+        rows = sum(r.verify(j) for j in range(1, k + 2)) + (
+            sum(r.verify(2 * j) for j in range(1, k + 2)) if need["trees"] else 0
+        )
+        rows += 8 * r.plain(100) + (sum(j * r.plain(100) for j in range(1, k + 1)) if need["draft"] else 0)
+        return PlannedJob(rule, need["file"], need["model"], base + (c["rounds"] + c["warmup"]) * rows, r.source)
     ls = config.get("layerskip") or {}
     cal_tokens = int(ls.get("calibration_tokens") or 64)
     cal_file = Path("config", "prompts", f"{ls.get('calibration_set', 'chat_calib')}.yaml")

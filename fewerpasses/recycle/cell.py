@@ -10,13 +10,13 @@ runs': those hold its own answer. Each timed run records what it inherited (`mem
 With `branches` 2, rounds may verify a draft tree of the row's two best guesses, where the
 cost gate finds that it pays (recycle/draft.py); the cell then records what its trees did."""
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Tuple
 
 from ..lookup.cell import costs_of, gated, run_drafting_cell, tree_record
 from ..lookup.draft import DraftPolicy
 from ..lookup.loop import lookup_stream
 from ..measure.cell import Loads
-from ..measure.costs import draft_seconds
+from ..measure.cost_model import CostTarget
 from .draft import RecycleDrafter, TableMemory
 from .table import RecyclingTarget
 
@@ -49,11 +49,12 @@ def recycle_stream(
     return stream
 
 
-def draft_costs(
-    recycling: RecyclingTarget, context: Sequence[int], ks: Sequence[int], repeats: int
-) -> Dict[int, float]:
-    """Seconds to read a chain of k tokens from the table after `context`."""
-    return draft_seconds(recycling, context, ks, repeats, RecycleDrafter)
+def cost_target(model, params: Dict, inputs: Dict) -> CostTarget:
+    """The recycling target a recycled-predictions cost model is measured on (rule cost_model):
+    its drafting is a read of the table, timed as a chain of k tokens."""
+    return CostTarget(
+        RecyclingTarget(model, int(params["top_k"]), int(params.get("rows") or 0) or None), RecycleDrafter
+    )
 
 
 # Every pass, the prefill's too, keeps the top-k of every row's logits (table.TableCache.write):
@@ -97,7 +98,9 @@ def recycle_cell(
     max_tokens: int,
     repeats: int,
     warmup: int,
-    cost_repeats: int = 5,
+    replicate: int = 1,
+    costs=None,
+    cost_rounds: int = 5,
     memory: str = "prompt",
     branches: int = 1,
 ) -> Dict:
@@ -124,6 +127,7 @@ def recycle_cell(
         "max_tokens": max_tokens,
         "repeats": repeats,
         "warmup": warmup,
+        "replicate": replicate,
     }
 
     memory_runs: List[Dict] = []
@@ -140,9 +144,10 @@ def recycle_cell(
         settings,
         make_stream,
         num_draft=num_draft,
-        cost_repeats=cost_repeats,
+        costs=costs,
+        cost_rounds=cost_rounds,
         runs_on=lambda model: RecyclingTarget(model, top_k, rows or None),
-        draft_costs=draft_costs,
+        make_drafter=RecycleDrafter,
         loads_of=loads(
             {"num_draft": num_draft, "top_k": top_k, "rows": rows, "branches": branches}, {"model": str(model_path)}
         )[1],

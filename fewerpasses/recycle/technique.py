@@ -72,4 +72,6 @@ TECHNIQUE = Technique(
     check=lambda config, basedir=".": check_models(config, "recycle"),
     loads="fewerpasses.recycle.cell:loads",
     on_lookup_loop=True,
+    cost_kind=lambda w, p: f"recycle-top{p['top_k']}" + (f"-rows{p['rows']}" if p.get("rows") else ""),
+    cost_target="fewerpasses.recycle.cell:cost_target",
 )

@@ -40,7 +40,9 @@ def suffix_cell(
     max_tokens: int,
     repeats: int,
     warmup: int,
-    cost_repeats: int = 5,
+    replicate: int = 1,
+    costs=None,
+    cost_rounds: int = 5,
     branches: int = 1,
     acceptance: str = "recent",
 ) -> Dict:
@@ -72,6 +74,7 @@ def suffix_cell(
         "max_tokens": max_tokens,
         "repeats": repeats,
         "warmup": warmup,
+        "replicate": replicate,
     }
     memory_runs: List[Dict] = []
     tree_rounds: List[Dict] = []
@@ -87,7 +90,8 @@ def suffix_cell(
         settings,
         make_stream,
         num_draft=num_draft,
-        cost_repeats=cost_repeats,
+        costs=costs,
+        cost_rounds=cost_rounds,
         tree=branches > 1,
     )
     # In call order: the warm-up's run first, then each timed run as the pairs ran.

@@ -4,7 +4,7 @@ memory across prompts, and how a match is found and sized); its cell rule is `su
 
 from typing import Dict, List
 
-from ..core.technique import ConfigError, Technique, best, check_models, generation_settings
+from ..core.technique import ConfigError, Technique, best, check_models, generation_settings, plain_kind
 
 
 def _section(config: Dict) -> Dict:
@@ -79,4 +79,5 @@ TECHNIQUE = Technique(
     wildcards={"memory": "prompt|set", "branches": "[12]"},
     check=check,
     on_lookup_loop=True,
+    cost_kind=plain_kind,
 )

@@ -1,0 +1,305 @@
+"""One cost model per run: what a round of k drafts costs on this machine, for one model and
+one target kind (the target alone, with a draft head, with the recycled-predictions table),
+measured once in a job of its own (rule `cost_model`) and read by every drafting cell of that
+kind. A cell's cost gate, and so its draft lengths, then depend only on its tokens and this
+file: two cells given the same file make the same rounds, and a run can pin another run's file
+(`cost_model.pinned`) to compare on one policy.
+
+The file holds every timed sample. Each round times every pass once, in an order shuffled with
+the recorded seed, after `warmup` rounds that are not kept; a pass of k tokens is one
+synchronous forward at the cells' context, trimmed after (measure/costs.py), and the unit is
+plain decoding's pipelined token (`generate_step`), timed in the same rounds. Each family of
+passes (verify, tree, draft) is fitted non-decreasing in k (isotonic regression of the per-k
+medians: a 2-token pass never prices below a 1-token one), with a percentile-bootstrap interval
+over rounds, in seconds and in plain tokens. A cell ends with a short probe of its own
+(`end_probe`), which records how far the machine moved from the file.
+"""
+
+import hashlib
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+FORMAT = 1
+FAMILIES = ("verify", "tree", "draft")
+
+
+def isotonic(values: Sequence[float]) -> List[float]:
+    """The non-decreasing sequence closest to `values` in least squares (pool adjacent
+    violators, equal weights)."""
+    blocks: List[List[float]] = []  # [sum, count]
+    for v in values:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, n = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += n
+    out: List[float] = []
+    for s, n in blocks:
+        out += [s / n] * int(n)
+    return out
+
+
+def _fit_family(samples: Dict[int, np.ndarray], plain: np.ndarray, resamples: int, rng) -> Dict:
+    """Per k: the monotone fit of the medians, in seconds and plain tokens, with intervals."""
+    ks = sorted(samples)
+    if not ks:
+        return {}
+    table = np.stack([samples[k] for k in ks])  # (k, round)
+    fitted = isotonic(np.median(table, axis=1))
+    unit = float(np.median(plain))
+    n = table.shape[1]
+    boot_s, boot_t = [], []
+    for _ in range(resamples):
+        idx = rng.integers(0, n, n)
+        f = isotonic(np.median(table[:, idx], axis=1))
+        boot_s.append(f)
+        boot_t.append(np.asarray(f) / np.median(plain[idx]))
+    lo_s, hi_s = np.quantile(np.asarray(boot_s), [0.025, 0.975], axis=0)
+    lo_t, hi_t = np.quantile(np.asarray(boot_t), [0.025, 0.975], axis=0)
+    return {
+        str(k): {
+            "seconds": fitted[i],
+            "seconds_ci": [float(lo_s[i]), float(hi_s[i])],
+            "plain_tokens": fitted[i] / unit,
+            "plain_tokens_ci": [float(lo_t[i]), float(hi_t[i])],
+            "measured_median": float(np.median(table[i])),
+        }
+        for i, k in enumerate(ks)
+    }
+
+
+def fit(samples: Dict, resamples: int = 1000, seed: int = 0) -> Dict:
+    """The fitted model from `samples` ({"plain_token": [...], "verify": {k: [...]}, ...}: one
+    value per kept round, every list in round order)."""
+    rng = np.random.default_rng(seed)
+    plain = np.asarray(samples["plain_token"], dtype=float)
+    boot = [float(np.median(plain[rng.integers(0, plain.size, plain.size)])) for _ in range(resamples)]
+    out = {
+        "plain_token_seconds": float(np.median(plain)),
+        "plain_token_ci": [float(v) for v in np.quantile(boot, [0.025, 0.975])],
+    }
+    for family in FAMILIES:
+        fam = {int(k): np.asarray(v, dtype=float) for k, v in (samples.get(family) or {}).items()}
+        out[family] = _fit_family(fam, plain, resamples, rng)
+    return out
+
+
+@dataclass
+class CostTarget:
+    """What a target kind's rounds run on: the model the loop runs (`runner`: the target, or
+    the target with its head or table attached), and for a drafter that computes, how to make
+    its index over a cache filled with a context (`make_drafter(tokens)`, as
+    measure/costs.py:draft_seconds takes it)."""
+
+    runner: object
+    make_drafter: Optional[Callable] = None
+
+
+def plain_target(model, params: Dict, inputs: Dict) -> CostTarget:
+    """The bare target: the cost kind `plain` (core.technique.plain_kind)."""
+    return CostTarget(model)
+
+
+def _timed_items(target: CostTarget, context: Sequence[int], ks, tree_ks, draft_ks, plain_tokens: int) -> Dict:
+    """name -> fn() that runs one pass and returns its seconds."""
+    from .costs import _tree_pass, _verify_pass, filled_cache, plain_token_fn
+
+    cache = filled_cache(target.runner, context)
+    items: Dict = {("plain_token", 0): plain_token_fn(target.runner, cache, context, plain_tokens)}
+
+    def timed(fn):
+        def run():
+            t = time.perf_counter()
+            fn()
+            return time.perf_counter() - t
+
+        return run
+
+    for k in ks:
+        items[("verify", k)] = timed(_verify_pass(target.runner, cache, context[-1], k))
+    for k in tree_ks:
+        items[("tree", k)] = timed(_tree_pass(target.runner, cache, context[-1], k))
+    if draft_ks and target.make_drafter is not None:
+        draft_cache = filled_cache(target.runner, context)
+        drafter = target.make_drafter(list(context))
+        drafter.bind(draft_cache)
+        for k in draft_ks:
+            items[("draft", k)] = timed(lambda k=k: drafter.continuation(k))
+    return items
+
+
+def sample_rounds(items: Dict, rounds: int, warmup: int, seed: int, log: Callable = print) -> Dict:
+    """Every item timed once a round, in an order shuffled by `seed`; the first `warmup`
+    rounds are not kept. Returns the samples by family and k."""
+    rng = np.random.default_rng(seed)
+    names = list(items)
+    kept: Dict = {name: [] for name in names}
+    for r in range(warmup + rounds):
+        for i in rng.permutation(len(names)):
+            name = names[i]
+            seconds = items[name]()
+            if r >= warmup:
+                kept[name].append(seconds)
+        if r >= warmup and (r - warmup + 1) % 10 == 0:
+            log(f"cost model: {r - warmup + 1} of {rounds} rounds")
+    out: Dict = {"plain_token": kept.pop(("plain_token", 0))}
+    for (family, k), v in kept.items():
+        out.setdefault(family, {})[str(k)] = v
+    return out
+
+
+def measure(
+    target: CostTarget,
+    context: Sequence[int],
+    max_draft: int,
+    *,
+    rounds: int,
+    warmup: int,
+    seed: int,
+    trees: bool = False,
+    plain_tokens: int = 8,
+    log: Callable = print,
+) -> Dict:
+    """A target kind's cost model at `context`: passes of 1..max_draft + 1 tokens, a draft
+    tree's two branches of as many where `trees`, and a computing drafter's k drafts for k up
+    to `max_draft`; returns the file's samples and fit (`fit`)."""
+    ks = range(1, max_draft + 2)
+    draft_ks = range(1, max_draft + 1) if target.make_drafter is not None else ()
+    items = _timed_items(target, context, ks, ks if trees else (), draft_ks, plain_tokens)
+    log(f"cost model: {len(items)} passes a round, {rounds} rounds after {warmup} warm-up rounds")
+    t0 = time.perf_counter()
+    samples = sample_rounds(items, rounds, warmup, seed, log)
+    return {
+        "format": FORMAT,
+        "context": len(context),
+        "max_draft": max_draft,
+        "rounds": rounds,
+        "warmup": warmup,
+        "seed": seed,
+        "plain_tokens_per_sample": plain_tokens,
+        "order": "every pass once a round, in an order shuffled per round",
+        **fit(samples, seed=seed),
+        "samples": samples,
+        "sampling_seconds": time.perf_counter() - t0,
+    }
+
+
+def load_cost_file(costs) -> Dict:
+    """A cost model from its file (a path), with `source` (the path) and `digest` (the
+    SHA-256 of its bytes: two cells with equal digests priced their rounds alike); a loaded
+    one (a dict) is returned as it is."""
+    if isinstance(costs, dict):
+        return costs
+    raw = Path(costs).read_bytes()
+    return {**json.loads(raw), "source": str(costs), "digest": hashlib.sha256(raw).hexdigest()[:16]}
+
+
+def decode_costs_of(model_file: Dict, num_draft: int):
+    """The fitted costs a cell of `num_draft` drafts prices its rounds at (measure.costs.DecodeCosts)."""
+    from .costs import DecodeCosts
+
+    def family(name, limit):
+        fam = model_file.get(name) or {}
+        return {int(k): v["seconds"] for k, v in fam.items() if int(k) <= limit}
+
+    if model_file.get("format") != FORMAT:
+        raise ValueError(f"cost model format {model_file.get('format')!r}, expected {FORMAT}: re-measure it")
+    if num_draft > model_file["max_draft"]:
+        raise ValueError(
+            f"a cell of {num_draft} drafts needs a cost model up to that length; this one stops at "
+            f"{model_file['max_draft']} (cost_model.max_draft)"
+        )
+    return DecodeCosts(
+        family("verify", num_draft + 1),
+        model_file["plain_token_seconds"],
+        family("tree", num_draft + 1),
+        family("draft", num_draft),
+    )
+
+
+def end_probe(
+    target: CostTarget, context: Sequence[int], model_file: Dict, ks: Sequence[int], rounds: int = 7, seed: int = 1
+) -> Dict:
+    """A short probe of the same passes at the end of a cell, against its cost file: how far
+    plain decoding's token moved (`plain_token_ratio`, probe over file), and each pass in
+    plain tokens, the probe's (with its own interval) beside the file's. `agrees` is False
+    where some pass's two intervals do not overlap: the machine's curve moved away from the
+    file the cell priced its rounds at."""
+    ks = [k for k in ks if str(k) in model_file["verify"]]
+    items = _timed_items(target, context, ks, (), (), model_file.get("plain_tokens_per_sample", 8))
+    samples = sample_rounds(items, rounds, 1, seed, log=lambda _: None)
+    probe = fit(samples, resamples=500, seed=seed)
+    passes = {}
+    for k in ks:
+        mine, theirs = probe["verify"][str(k)], model_file["verify"][str(k)]
+        lo, hi = mine["plain_tokens_ci"]
+        flo, fhi = theirs["plain_tokens_ci"]
+        passes[str(k)] = {
+            "plain_tokens": mine["plain_tokens"],
+            "plain_tokens_ci": [lo, hi],
+            "file_plain_tokens": theirs["plain_tokens"],
+            "file_plain_tokens_ci": [flo, fhi],
+            "overlaps": lo <= fhi and flo <= hi,
+        }
+    return {
+        "rounds": rounds,
+        "plain_token_seconds": probe["plain_token_seconds"],
+        "plain_token_ratio": probe["plain_token_seconds"] / model_file["plain_token_seconds"],
+        "verify": passes,
+        "agrees": all(p["overlaps"] for p in passes.values()),
+    }
+
+
+def cost_model_job(
+    model_path,
+    reference: Dict,
+    inputs: Dict,
+    *,
+    model_name: str,
+    kind: str,
+    cost_target: str,
+    params: Dict,
+    max_draft: int,
+    trees: bool,
+    rounds: int,
+    warmup: int,
+    seed: int,
+    log: Callable = None,
+) -> Dict:
+    """A (model, target kind)'s cost model file (rule cost_model): the target loaded, its kind's
+    runner built by `cost_target` ("module:function", the technique's), timed at the cells'
+    context (`lookup.cell.cost_context` of the reference), with the environment recorded."""
+    from ..core.environment import environment, mark_job_start
+    from ..core.log import log as default_log
+    from ..core.models import load
+    from ..core.technique import resolve
+
+    log = log or default_log
+    mark_job_start()
+    started_at = time.time()
+    model, _ = load(model_path)
+    target = resolve(cost_target)(model, params, inputs)
+    context = context_of(reference)
+    out = measure(target, [0] * context, max_draft, rounds=rounds, warmup=warmup, seed=seed, trees=trees, log=log)
+    settings = {"model": model_name, "kind": kind, "cost_target": cost_target, "max_draft": max_draft, "trees": trees}
+    return {
+        **settings,
+        **out,
+        "started_at": started_at,
+        "finished_at": time.time(),
+        "environment": environment(settings),
+    }
+
+
+def context_of(reference: Dict) -> int:
+    """The context a target's cost model is measured at: the prompts' median length (the
+    reference's), plus half the answer's median tokens, the middle of a typical answer."""
+    prompt = statistics.median_low(o["prompt_tokens"] for o in reference["outputs"])
+    answer = statistics.median_low(len(o["tokens"]) for o in reference["outputs"])
+    return prompt + answer // 2

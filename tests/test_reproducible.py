@@ -1,0 +1,360 @@
+"""Figures that hold on a rerun: the run's cost models (measure/cost_model.py), the replicated
+protocol and its intervals (measure/replicates.py, core/stats.py), the run's verdict
+(report/verdict.py), the comparison of two runs (report/compare.py) and what a cell records of
+the machine (core/environment.py). Nothing here asserts on a timing: the cells below are real,
+and what is checked of them is what they drafted and kept."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from fewerpasses.core.environment import linux_span, linux_state
+from fewerpasses.core.stats import PROMPTS, RERUN, category_geomean, replicated_ci
+from fewerpasses.core.technique import ConfigError
+from fewerpasses.measure.cost_model import decode_costs_of, fit, isotonic
+from fewerpasses.measure.replicates import ONE_PROCESS, RERUN_INTERVAL, merge, merge_replicates
+from fewerpasses.pipeline.costs import check_pinned, cost_jobs
+from fewerpasses.report.compare import compare, main as compare_main, row_verdict
+from fewerpasses.report.verdict import run_verdict
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_isotonic_pools_what_falls():
+    assert isotonic([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
+    # A 2-token pass measured cheaper than a 1-token one: both priced at their mean.
+    assert isotonic([1.3, 1.1, 1.6, 1.5, 2.0]) == pytest.approx([1.2, 1.2, 1.55, 1.55, 2.0])
+    out = isotonic(list(np.random.default_rng(0).normal(size=50)))
+    assert all(a <= b + 1e-12 for a, b in zip(out, out[1:]))
+
+
+def _samples(rounds=30, seed=0):
+    rng = np.random.default_rng(seed)
+    plain = 0.05 + rng.normal(0, 0.002, rounds)
+    # In plain tokens the true curve is 1.2, 1.1 (below it: noise), 1.5, 1.7.
+    verify = {
+        str(k): (m * 0.05 + rng.normal(0, 0.003, rounds)).tolist() for k, m in zip(range(1, 5), (1.2, 1.1, 1.5, 1.7))
+    }
+    return {"plain_token": plain.tolist(), "verify": verify}
+
+
+def test_the_fit_is_monotone_with_intervals_in_seconds_and_plain_tokens():
+    f = fit(_samples())
+    curve = [f["verify"][str(k)]["seconds"] for k in range(1, 5)]
+    assert all(a <= b for a, b in zip(curve, curve[1:]))
+    assert f["verify"]["1"]["seconds"] == f["verify"]["2"]["seconds"]  # pooled
+    for k in range(1, 5):
+        e = f["verify"][str(k)]
+        assert e["seconds_ci"][0] <= e["seconds"] <= e["seconds_ci"][1]
+        assert e["plain_tokens"] == pytest.approx(e["seconds"] / f["plain_token_seconds"])
+        assert e["plain_tokens_ci"][0] < e["plain_tokens"] < e["plain_tokens_ci"][1]
+    assert f["plain_token_ci"][0] <= f["plain_token_seconds"] <= f["plain_token_ci"][1]
+    # The same samples, the same fit: a file's costs are a function of its samples and seed.
+    assert fit(_samples()) == f
+
+
+def test_a_cell_prices_its_rounds_at_the_fitted_costs_up_to_its_draft_length():
+    file = {"format": 1, "max_draft": 3, **fit(_samples())}
+    costs = decode_costs_of(file, 2)
+    assert set(costs.verify) == {1, 2, 3} and costs.plain_token == file["plain_token_seconds"]
+    assert costs.verify[2] == file["verify"]["2"]["seconds"]
+    with pytest.raises(ValueError, match="stops at 3"):
+        decode_costs_of(file, 4)
+    with pytest.raises(ValueError, match="re-measure"):
+        decode_costs_of({**file, "format": 0}, 2)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from tiny_models import write_head, write_model_dir
+
+    d = tmp_path_factory.mktemp("repro")
+    model = write_model_dir(d / "m", "llama", layers=4, seed=3)
+    head = write_head(model, d / "head")
+    return model, head
+
+
+def _measured_file(target, tmp_path, name, max_draft):
+    from fewerpasses.measure.cost_model import measure
+
+    out = measure(target, [0] * 24, max_draft, rounds=3, warmup=1, seed=0)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(out))
+    return path
+
+
+def test_two_cells_given_the_same_cost_file_make_the_same_rounds(tiny, tmp_path):
+    """Every lossless drafter's rounds, and so its draft lengths, depend only on its tokens and
+    its cost file: two cells given the same file make the same rounds, whatever the machine did
+    in between (the gate reads no clock)."""
+    from fewerpasses.core.models import load
+    from fewerpasses.head import cell as head_cell
+    from fewerpasses.hybrid import cell as hybrid_cell
+    from fewerpasses.lookup.cell import lookup_cell
+    from fewerpasses.measure.cost_model import CostTarget
+    from fewerpasses.measure.reference import reference_outputs
+    from fewerpasses.recycle import cell as recycle_cell
+    from fewerpasses.suffix.cell import suffix_cell
+
+    model_dir, head = tiny
+    prompts = REPO / "config/prompts/stdlib_code.yaml"
+    ref = reference_outputs(model_dir, prompts, 16, "tiny")
+    model, _ = load(str(model_dir))
+    files = {
+        "plain": _measured_file(CostTarget(model), tmp_path, "plain", 4),
+        "head": _measured_file(head_cell.cost_target(model, {}, {"head": head}), tmp_path, "head", 3),
+        "recycle": _measured_file(recycle_cell.cost_target(model, {"top_k": 4}, {}), tmp_path, "recycle", 3),
+        "hybrid": _measured_file(hybrid_cell.cost_target(model, {"top_k": 4}, {"head": head}), tmp_path, "hybrid", 3),
+    }
+    common = dict(model_name="tiny", max_tokens=16, repeats=1, warmup=0)
+    runs = {
+        "lookup": lambda: lookup_cell(
+            model_dir, ref, prompts, num_draft=4, max_ngram=3, min_ngram=1, adaptive=False, cost_gate=True,
+            costs=files["plain"], **common,
+        ),
+        "suffix": lambda: suffix_cell(
+            model_dir, ref, prompts, num_draft=4, memory="prompt", max_depth=16, min_match=2, match_factor=2.0,
+            min_prob=0.1, cost_gate=True, costs=files["plain"], **common,
+        ),
+        "recycle": lambda: recycle_cell.recycle_cell(
+            model_dir, ref, prompts, num_draft=3, top_k=4, rows=0, cost_gate=True, costs=files["recycle"], **common
+        ),
+        "head": lambda: head_cell.head_cell(
+            model_dir, ref, prompts, head, head_name="h", num_draft=3, min_prob=0.0, cost_gate=True,
+            costs=files["head"], **common,
+        ),
+        "hybrid": lambda: hybrid_cell.hybrid_cell(
+            model_dir, ref, prompts, head, head_name="h", num_draft=3, top_k=4, min_prob=0.0, cost_gate=True,
+            costs=files["hybrid"], **common,
+        ),
+    }  # fmt: skip
+    for name, run in runs.items():
+        a, b = run(), run()
+        assert a["lossless"] and b["lossless"], name
+        assert a["verify_costs"]["digest"] == b["verify_costs"]["digest"] is not None, name
+        assert a["rounds"] == b["rounds"], name
+        per_run = lambda c: [
+            (p["prompt_id"], r["candidate"]["drafted"], r["candidate"]["accepted"])
+            for p in c["per_prompt"]
+            for r in p["runs"]
+        ]  # noqa: E731
+        assert per_run(a) == per_run(b), name
+        # The cell ends with a probe of the machine against the file it priced its rounds at.
+        drift = a["cost_drift"]
+        assert drift["rounds"] > 0 and set(drift["verify"]) <= set(
+            json.loads(Path(files["plain"]).read_text())["verify"]
+        )
+        assert isinstance(drift["agrees"], bool) and drift["plain_token_ratio"] > 0
+    # The pairs ran in the order the seed shuffled the prompts to, their sides alternating (ABBA).
+    runs = sorted((r["position"], r["order"][0]) for p in a["per_prompt"] for r in p["runs"])
+    assert [p["prompt_id"] for p in sorted(a["per_prompt"], key=lambda p: p["runs"][0]["position"])] == a[
+        "prompt_order"
+    ]
+    assert all(x[1] != y[1] for x, y in zip(runs, runs[1:])) and len(runs) == len(a["per_prompt"])
+
+
+def _pairs(shifts, prompts=("a", "b", "c", "d"), categories=("x", "x", "y", "y"), repeats=1, seed=0):
+    rng = np.random.default_rng(seed)
+    base = {"a": 1.0, "b": 1.4, "c": 2.0, "d": 2.2}
+    return [
+        {"replicate": r + 1, "prompt": p, "category": c, "ratio": base[p] * shift * (1 + rng.normal(0, 0.01))}
+        for r, shift in enumerate(shifts)
+        for p, c in zip(prompts, categories)
+        for _ in range(repeats)
+    ]
+
+
+def test_the_rerun_interval_spreads_with_the_replicates_and_the_prompt_interval_with_the_prompts():
+    steady = replicated_ci(_pairs([1.0, 1.0, 1.0]), "geomean", RERUN)
+    moving = replicated_ci(_pairs([0.9, 1.0, 1.1]), "geomean", RERUN)
+    assert (moving[1][1] - moving[1][0]) > 5 * (steady[1][1] - steady[1][0])
+    prompts = replicated_ci(_pairs([1.0, 1.0, 1.0]), "geomean", PROMPTS)
+    assert (prompts[1][1] - prompts[1][0]) > 5 * (steady[1][1] - steady[1][0])
+    for value, (lo, hi) in (steady, moving, prompts):
+        assert lo <= value <= hi
+
+
+def test_the_geometric_mean_weighs_each_category_alike():
+    # Category x has three prompts at 1.0, y one at 4.0: each category's median, then their mean in logs.
+    assert category_geomean([1.0, 1.0, 1.0, 4.0], ["x", "x", "x", "y"]) == pytest.approx(2.0)
+    assert replicated_ci([], "median")[0] != replicated_ci([], "median")[0]  # NaN
+
+
+def _cell(rep, ratios, cell_id="c1", technique="lookup", started=0.0, agrees=True, target="m"):
+    per_prompt = [
+        {
+            "prompt_id": p,
+            "category": "x" if p in "ab" else "y",
+            "lossless": True,
+            "runs": [
+                {
+                    "repeat": 0,
+                    "order": ["baseline", "candidate"],
+                    "baseline": {"decode_tps": 10.0, "e2e_tps": 9.0, "new_tokens": 8, "full_passes": 8},
+                    "candidate": {"decode_tps": 10.0 * x, "e2e_tps": 9.0 * x, "new_tokens": 8, "full_passes": 4},
+                }
+            ],
+        }
+        for p, x in zip("abcd", ratios)
+    ]
+    return {
+        "technique": technique,
+        "target": target,
+        "model": target,
+        "cell_id": cell_id,
+        "replicate": rep,
+        "num_draft": 4,
+        "per_prompt": per_prompt,
+        "speedup": float(np.median(ratios)),
+        "speedup_ci": [min(ratios), max(ratios)],
+        "speedup_e2e_ci": [min(ratios), max(ratios)],
+        "rounds": [{"drafted": 1, "accepted": 1, "passes": 4}],
+        "drafted_tokens": 4,
+        "accepted_tokens": 4,
+        "peak_memory_gb": 0.1,
+        "lossless": True,
+        "lossless_expected": True,
+        "baseline_tps": 10.0,
+        "started_at": started,
+        "finished_at": started + 60,
+        "cost_drift": {"agrees": agrees},
+        "environment": {"chip": "x"},
+    }
+
+
+def test_replicates_merge_into_one_cell_with_an_interval_over_reruns():
+    cells = merge_replicates(
+        [_cell(1, [1.1, 1.2, 1.3, 1.4]), _cell(2, [1.0, 1.1, 1.2, 1.3]), _cell(1, [0.5] * 4, "c2")]
+    )
+    assert len(cells) == 2
+    m = cells[0]
+    assert m["pairs"] == 8 and len(m["replicates"]) == 2 and m["interval"] == RERUN_INTERVAL
+    assert m["speedup"] == pytest.approx(1.2) and m["drafted_tokens"] == 8 and m["rounds"][0]["passes"] == 8
+    assert m["speedup_ci"][0] <= m["speedup"] <= m["speedup_ci"][1]
+    assert all(len(p["runs"]) == 2 and {r["replicate"] for r in p["runs"]} == {1, 2} for p in m["per_prompt"])
+    assert m["tokens_per_pass"] == 2.0 and m["geomean"] > 0
+    # A cell measured once passes through as it was written; merged alone, it says so.
+    assert cells[1] == _cell(1, [0.5] * 4, "c2")
+    alone = merge([_cell(1, [1.0] * 4)])
+    assert alone["interval"] == ONE_PROCESS and alone["replicates"][0]["replicate"] == 1
+
+
+def test_a_run_is_valid_only_with_its_aa_inside_its_bound_no_drift_and_probes_that_agree():
+    aa = lambda ratio, started=0.0: _cell(1, [ratio] * 4, "aa", "plain", started)  # noqa: E731
+    good = [aa(1.01), _cell(1, [1.2] * 4, started=100.0)]
+    v = run_verdict(good)
+    assert v.valid and v.line().startswith("**Verdict: valid.**")
+    assert not run_verdict([_cell(1, [1.2] * 4)]).valid  # no A/A
+    bad_aa = run_verdict([aa(1.05), _cell(1, [1.2] * 4)])
+    assert not bad_aa.valid and "outside ±3%" in bad_aa.line()
+    probe = run_verdict([aa(1.0), _cell(1, [1.2] * 4, agrees=False)])
+    assert not probe.valid and "end probes disagree" in probe.line()
+    slow = _cell(1, [1.2] * 4, started=3600.0)
+    slow["baseline_tps"] = 7.0
+    drift = run_verdict([aa(1.0), slow])
+    assert not drift.valid and "beyond ±10%" in drift.line() and drift.to_dict()["valid"] is False
+
+
+def test_the_linux_state_gives_steal_and_load_over_a_span():
+    start = linux_state("cpu  100 0 50 800 10 0 0 40 0 0\ncpu0 1 2\n", "0.50 0.40 0.30 1/100 5\n")
+    end = linux_state("cpu  200 0 100 1500 10 0 0 140 0 0\n", "1.50 0.60 0.30 1/100 5\n")
+    span = linux_span(start, end)
+    assert span["cpu_ticks"] == 950 and span["steal_share"] == pytest.approx(100 / 950)
+    assert span["idle_share"] == pytest.approx(700 / 950) and span["load_1min_end"] == 1.5
+
+
+def _run_dir(root: Path, name: str, rows, valid=True) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(d / "techniques.csv", index=False)
+    (d / "verdict.json").write_text(json.dumps({"valid": valid, "reasons": [] if valid else ["drift"], "checks": []}))
+    return d
+
+
+def _row(technique, speedup, lo, hi):
+    return {"target": "m", "technique": technique, "config": "k=4", "speedup": speedup, "speedup_ci_low": lo,
+            "speedup_ci_high": hi, "geomean": speedup, "geomean_ci_low": lo, "geomean_ci_high": hi}  # fmt: skip
+
+
+def test_compare_says_same_faster_slower_unsure_per_row(tmp_path, capsys):
+    a = _run_dir(
+        tmp_path,
+        "a",
+        [
+            _row("same", 1.2, 1.1, 1.3),
+            _row("up", 1.0, 0.95, 1.05),
+            _row("wide", 1.0, 0.99, 1.01),
+            _row("gone", 1.0, 0.9, 1.1),
+        ],
+    )
+    b = _run_dir(tmp_path, "b", [_row("same", 1.25, 1.15, 1.35), _row("up", 1.3, 1.25, 1.35), _row("wide", 1.05, 0.9, 1.2), _row("new", 1.0, 0.9, 1.1)], valid=False)  # fmt: skip
+    from fewerpasses.report.compare import read_run
+
+    table = compare(read_run(a), read_run(b)).set_index("technique")
+    assert table.loc["same", "verdict"] == "same" and table.loc["up", "verdict"] == "faster"
+    assert table.loc["wide", "verdict"] == "unsure" and table.loc["up", "ratio"] == pytest.approx(1.3)
+    assert table.loc["gone", "verdict"] == "only in A" and table.loc["new", "verdict"] == "only in B"
+    assert row_verdict(False, False, 0.8) == "slower" and row_verdict(None, True, 1.0) == "unsure"
+    compare_main(["a", "b", "--root", str(tmp_path), "--figure", "geomean"])
+    out = capsys.readouterr().out
+    assert "B = b: not valid (drift)" in out and "| m | up | k=4 |" in out and "1 faster" in out
+    with pytest.raises(SystemExit):
+        compare_main(["a", "nowhere", "--root", str(tmp_path)])
+    assert "no run at" in capsys.readouterr().err
+
+
+def _config(**over):
+    cfg = {
+        "models": {"m": {"source": "x"}},
+        "generation": {"max_tokens": 8, "repeats": 1, "warmup": 1, "prompt_set": "p", "replicates": 2},
+        "lookup": {"models": ["m"], "max_ngrams": [3], "min_ngram": 1, "draft_lengths": [0, 4], "adaptive": False, "cost_gate": True},
+        "ceiling": {"models": ["m"], "draft_lengths": [6]},
+    }  # fmt: skip
+    cfg.update(over)
+    return cfg
+
+
+def test_one_cost_model_per_model_and_kind_up_to_its_longest_draft(tmp_path):
+    jobs = cost_jobs(_config())
+    assert list(jobs) == [("m", "plain")]
+    job = jobs[("m", "plain")]
+    assert job.max_draft == 6 and not job.trees and {c["technique"] for c in job.cells} == {"lookup", "ceiling"}
+    assert cost_jobs(_config(cost_model={"max_draft": 8}))[("m", "plain")].max_draft == 8
+    with pytest.raises(ConfigError, match="cost_model.max_draft: 5 is below the draft length of 1 cell"):
+        cost_jobs(_config(cost_model={"max_draft": 5}))
+    with pytest.raises(ConfigError, match="no cost model for .*m/plain.json"):
+        check_pinned(_config(cost_model={"pinned": str(tmp_path)}), str(tmp_path))
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "plain.json").write_text("{}")
+    check_pinned(_config(cost_model={"pinned": str(tmp_path)}), str(tmp_path))
+
+
+# The configs that measure (not the default's quick check, the embedded models' trials or an
+# overlay on another config): each has the A/A run and at least 3 replicates.
+QUICK = {"config.yaml", "stdlib.yaml"}
+OVERLAYS = {"curve.yaml", "engines.yaml", "long_answers.yaml", "drafters_all.yaml"}
+
+
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in (REPO / "config").glob("*.yaml") if p.name not in QUICK | OVERLAYS)
+)
+def test_every_measuring_config_has_the_aa_run_and_three_replicates(name):
+    cfg = yaml.safe_load((REPO / "config" / name).read_text())
+    assert cfg["generation"].get("replicates", 1) >= 3, name
+    noise = cfg.get("noise") or {}
+    assert noise.get("models") is None or noise["models"], f"{name} turns the A/A run off"
+
+
+def test_the_order_of_a_replicate_is_shuffled_by_its_seed():
+    from fewerpasses.measure.protocol import order_seed, run_order
+
+    prompts = [{"id": str(i)} for i in range(12)]
+    s1, s2 = order_seed({"technique": "t", "replicate": 1}), order_seed({"technique": "t", "replicate": 2})
+    assert s1 != s2 and order_seed({"replicate": 1, "technique": "t"}) == s1
+    one, again, two = run_order(prompts, s1), run_order(prompts, s1), run_order(prompts, s2)
+    assert one == again and one != two and sorted(p["id"] for p in one) == sorted(p["id"] for p in prompts)
+    assert run_order(prompts, None) == prompts
