@@ -14,5 +14,6 @@ result = noise_cell(
     max_tokens=snakemake.params.max_tokens,
     repeats=snakemake.params.repeats,
     warmup=snakemake.params.warmup,
+    replicate=int(snakemake.wildcards.replicate),
 )
 write_cell(result, snakemake.output[0])

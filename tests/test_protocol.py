@@ -15,6 +15,7 @@ from fewerpasses.measure.protocol import (
     paired_ratio,
     paired_runs,
     release_after,
+    run_order,
     summarize,
 )
 from fewerpasses.measure.streams import GenerationStats, plain_stream
@@ -52,8 +53,13 @@ def test_pairs_alternate_which_side_runs_first(model, prompts):
     # A prompt's repeats run together (its caches are then freed), each pair back to back.
     assert [(r["prompt_id"], r["repeat"]) for r in records] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
     first = [r["order"][0] for r in records]
-    # Neighbouring pairs, and each prompt's repeats, swap which side goes first.
-    assert first == ["baseline", "candidate", "candidate", "baseline"]
+    # Neighbouring pairs swap which side goes first (A B, B A: ABBA over any two pairs).
+    assert first == ["baseline", "candidate", "baseline", "candidate"]
+    assert [r["position"] for r in records] == [0, 1, 2, 3]
+    # With a seed, the prompts run in its order, and an odd seed starts from the other side.
+    seeded = paired_runs(prompts, plain(model), plain(model), [], repeats=1, log=lambda _: None, seed=3)
+    assert [r["order"][0] for r in seeded] == ["candidate", "baseline"]
+    assert [r["prompt_id"] for r in seeded] == [p["id"] for p in run_order(prompts, 3)]
 
 
 def test_caches_are_released_after_the_last_prompt_that_reads_them():

@@ -2,7 +2,8 @@
 commit; on a Mac also the macOS version (sw_vers), GPU cores, the GPU architecture and Metal's
 working set, and the power source, power mode (Low Power, automatic, High Power) and thermal
 state (NSProcessInfo.thermalState without root, where it answers) at the job's start, with the
-same read again at its end."""
+same read again at its end; on Linux, the share of CPU time stolen by the hypervisor and the
+load over the job's span."""
 
 import hashlib
 import json
@@ -11,6 +12,7 @@ import platform
 import re
 import subprocess
 from functools import lru_cache
+from pathlib import Path
 from typing import Callable, Dict, Optional
 
 from .blas import MKL_SETTINGS
@@ -239,16 +241,56 @@ def _mac_static() -> Dict:
     return mac_static()
 
 
-# The Mac's state as this job's start read it (mark_job_start), by "state".
+# The machine's state as this job's start read it (mark_job_start): "state" a Mac's, "linux" Linux's.
 _job_start: Dict[str, Dict] = {}
 
 
 def mark_job_start() -> None:
-    """Read the Mac's power and thermal state now, as this job's start; `environment()` records
-    it beside the same read at the job's end, so a Mac that slowed down or changed power mode
-    during the job shows it. Nothing is read on other systems."""
+    """Read the machine's state now, as this job's start: a Mac's power and thermal state,
+    which `environment()` records beside the same read at the job's end, so a Mac that slowed
+    down or changed power mode during the job shows it; on Linux, the CPU time counters and
+    the load, from which `environment()` records the job's span (`linux_span`)."""
     if _is_mac():
         _job_start["state"] = mac_state()
+    elif Path(PROC_STAT).is_file():
+        _job_start["linux"] = linux_state()
+
+
+PROC_STAT, PROC_LOADAVG = "/proc/stat", "/proc/loadavg"
+# The fields of /proc/stat's `cpu` line, in order (proc(5)); each in clock ticks.
+CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def linux_state(stat_text: Optional[str] = None, loadavg_text: Optional[str] = None) -> Dict:
+    """The machine's CPU time counters summed over its CPUs (/proc/stat's `cpu` line) and its
+    load averages (/proc/loadavg), now; the texts may be given (tests)."""
+    stat_text = Path(PROC_STAT).read_text() if stat_text is None else stat_text
+    loadavg_text = Path(PROC_LOADAVG).read_text() if loadavg_text is None else loadavg_text
+    line = next(ln for ln in stat_text.splitlines() if ln.startswith("cpu "))
+    ticks = [int(v) for v in line.split()[1:]]
+    counters = dict(zip(CPU_FIELDS, ticks + [0] * (len(CPU_FIELDS) - len(ticks))))
+    load = [float(v) for v in loadavg_text.split()[:3]]
+    return {"cpu_ticks": counters, "load": load}
+
+
+def linux_span(start: Dict, end: Dict) -> Dict:
+    """What the machine did over a job's span, from `linux_state` at its start and end: the
+    shares of all CPU time stolen by the hypervisor (`steal_share`, another guest running on
+    this one's cores), spent idle and waiting on I/O, and the 1-minute load at both ends."""
+    delta = {k: end["cpu_ticks"][k] - start["cpu_ticks"][k] for k in CPU_FIELDS}
+    total = sum(delta.values())
+
+    def share(k):
+        return delta[k] / total if total > 0 else None
+
+    return {
+        "steal_share": share("steal"),
+        "idle_share": share("idle"),
+        "iowait_share": share("iowait"),
+        "load_1min_start": start["load"][0],
+        "load_1min_end": end["load"][0],
+        "cpu_ticks": total,
+    }
 
 
 def metal_info() -> Dict:
@@ -319,6 +361,8 @@ def environment(cfg: Optional[Dict] = None) -> Dict:
         env["mac_state_read"] = "job start" if start else "job end"
         if start:
             env["mac_state_at_end"] = now
+    elif "linux" in _job_start:
+        env["linux_span"] = linux_span(_job_start["linux"], linux_state())
     if cfg is not None:
         env["config_hash"] = config_hash(cfg)
     return env

@@ -90,6 +90,7 @@ def diffusion_cell(
     max_tokens: int,
     repeats: int,
     warmup: int,
+    replicate: int = 1,
     base_path=None,
 ) -> Dict:
     """Block-diffusion generation against plain decoding of `baseline`, back to back. The
@@ -108,6 +109,7 @@ def diffusion_cell(
         "max_tokens": max_tokens,
         "repeats": repeats,
         "warmup": warmup,
+        "replicate": replicate,
     }
 
     def build(baseline, b_tok):

@@ -21,7 +21,7 @@ from ..core.prefill import shared_prefix
 from ..core.models import load, tokenizer_of
 from ..core.prompts import encoded_prompts, eos_ids
 from ..core.wired import held_wired_limit
-from .protocol import paired_runs
+from .protocol import order_seed, paired_runs
 from .reference import reference_tokens, stored_answers
 from .results import measured_result
 from .ties import classify, tie_tolerance
@@ -162,11 +162,18 @@ def run_cell(
             settings["repeats"],
             settings["warmup"],
             log=log,
+            seed=order_seed(cfg),
             # A candidate with its own tokenizer reads the same conversations: the target's answers.
             candidate_prompts=None if same_vocab else encoded_prompts(own_tok, prompt_set_path, replies=replies),
             candidate_eos_ids=None if own_tok is None else eos_ids(own_tok),
         )
     extra = candidate.extra() if callable(candidate.extra) else candidate.extra
+    # The replicate's prompt order, as the pairs ran (measure/protocol.py).
+    extra = {
+        **extra,
+        "order_seed": order_seed(cfg),
+        "prompt_order": [r["prompt_id"] for r in records if r["repeat"] == 0],
+    }
     extra = {"n_layers": len(model.layers), "same_vocabulary": same_vocab, **extra}
     result = measured_result(
         cfg, extra, records, ref if same_vocab else None, t0, started_at, lossless_expected=lossless_expected
@@ -185,7 +192,15 @@ def run_cell(
 
 
 def noise_cell(
-    model_path, reference: Dict, prompt_set_path, *, model_name: str, max_tokens: int, repeats: int, warmup: int = 1
+    model_path,
+    reference: Dict,
+    prompt_set_path,
+    *,
+    model_name: str,
+    max_tokens: int,
+    repeats: int,
+    warmup: int = 1,
+    replicate: int = 1,
 ) -> Dict:
     """The A/A run: plain decoding against itself, with the cells' protocol. Its speedup is 1.0
     in expectation; its interval is the noise floor the cells' speedups stand on."""
@@ -197,6 +212,7 @@ def noise_cell(
         "max_tokens": max_tokens,
         "repeats": repeats,
         "warmup": warmup,
+        "replicate": replicate,
     }
     return run_cell(
         model_path,

@@ -2,8 +2,10 @@
 
 One process, one model load. After a warm-up, every prompt and repeat runs the baseline
 (plain decoding) and the candidate (a technique, or plain decoding again for the A/A noise
-floor) back to back, alternating which goes first, so that drift in machine speed hits
-both sides alike. Each prompt is prefilled once per model and every run decodes from a copy
+floor) back to back, alternating which goes first from pair to pair (A B, B A, A B, ...: ABBA
+over any two pairs), so that drift in machine speed hits both sides alike. The prompts run in
+an order shuffled by the cell's seed (`order_seed`: each replicate of a cell its own), so that
+no prompt or category always meets the machine at the same point of a process. Each prompt is prefilled once per model and every run decodes from a copy
 (core.prefill): decode timings are those of a fresh cache, end-to-end ones add that prefill.
 A prompt's repeats run one after another and its caches are freed after them, so that a
 cell's memory does not grow with its prompt count. Ratios are taken per pair, and every
@@ -11,11 +13,14 @@ ratio, interval and acceptance rate of a cell, the bench and the search is compu
 (`summarize`, `PairedSummary`).
 """
 
+import hashlib
+import json
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import mlx.core as mx
+import numpy as np
 
 from .streams import GenerationStats, TokenStream, timed_generation
 from ..core.prefill import PromptCaches, shared_prefix
@@ -61,6 +66,21 @@ def paired_ratio(records: List[Dict], key: str = "decode_tps") -> Tuple[float, L
     return median_ci([getattr(r["candidate"], key) / getattr(r["baseline"], key) for r in records])
 
 
+def order_seed(settings: Dict) -> int:
+    """The seed of a cell's prompt order: from its settings, its replicate among them, so that
+    a rerun of the same cell runs the same order and each replicate its own."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+    return int(digest[:8], 16)
+
+
+def run_order(prompts: List[Dict], seed: Optional[int]) -> List[Dict]:
+    """The prompts in the order a cell times them: shuffled by `seed` (None: as given)."""
+    if seed is None:
+        return list(prompts)
+    order = np.random.default_rng(seed).permutation(len(prompts))
+    return [prompts[i] for i in order]
+
+
 def paired_runs(
     prompts: List[Dict],
     baseline: Callable[[mx.array, PromptCaches], TokenStream],
@@ -71,8 +91,11 @@ def paired_runs(
     log: Callable[[str], None] = print,
     candidate_prompts: Optional[List[Dict]] = None,
     candidate_eos_ids: Optional[Sequence[int]] = None,
+    seed: Optional[int] = None,
 ) -> List[Dict]:
-    """Run `baseline` and `candidate` back to back for every prompt and repeat.
+    """Run `baseline` and `candidate` back to back for every prompt and repeat, the prompts in
+    the order `seed` shuffles them to (`run_order`), pair order alternating from the side the
+    seed's parity picks.
 
     Args:
         prompts: dicts with `id` and `tokens` (prompt token ids).
@@ -83,6 +106,7 @@ def paired_runs(
     Returns:
         One record per (prompt, repeat) with both sides' stats and tokens.
     """
+    prompts = run_order(prompts, seed)
     arrays = {p["id"]: mx.array(p["tokens"], dtype=mx.uint32) for p in prompts}
     own = {p["id"]: p for p in candidate_prompts} if candidate_prompts else {p["id"]: p for p in prompts}
     c_arrays = {i: mx.array(p["tokens"], dtype=mx.uint32) for i, p in own.items()}
@@ -114,7 +138,7 @@ def paired_runs(
     last_use = release_after(prompts, caches, c_caches)
     for i, p in enumerate(prompts):
         for r in range(repeats):
-            order = list(SIDES) if (r + i) % 2 == 0 else list(reversed(SIDES))
+            order = list(SIDES) if (len(records) + (seed or 0)) % 2 == 0 else list(reversed(SIDES))
             out = {}
             for side in order:
                 make, arr, n_prompt, eos, pc = side_args(side, p["id"])
@@ -125,6 +149,7 @@ def paired_runs(
                     "category": p.get("category"),
                     "context": p.get("context"),
                     "repeat": r,
+                    "position": len(records),
                     "order": order,
                     **out,
                 }
@@ -262,7 +287,12 @@ def summarize(records: List[Dict], reference: Optional[Dict[str, List[int]]]) ->
                 **checked,
                 "speedup": statistics.median(x["candidate"].decode_tps / x["baseline"].decode_tps for x in rs),
                 "runs": [
-                    {"repeat": x["repeat"], "order": x["order"], **{side: _summary(x[side]) for side in SIDES}}
+                    {
+                        "repeat": x["repeat"],
+                        "position": x.get("position"),
+                        "order": x["order"],
+                        **{side: _summary(x[side]) for side in SIDES},
+                    }
                     for x in rs
                 ],
             }

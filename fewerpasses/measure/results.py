@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Dict
 
 from ..core import atomic
-from ..core.environment import environment
+from ..core.environment import config_hash, environment
 from ..core.guards import require_lossless
 from ..core.log import log
 from .protocol import summarize
@@ -42,6 +42,8 @@ def measured_result(
         "started_at": started_at,
         "finished_at": time.time(),
         "environment": environment(cfg),
+        # The same for every replicate of the cell (measure/replicates.py merges them by it).
+        "cell_id": config_hash({k: v for k, v in cfg.items() if k != "replicate"}),
     }
     if lossless_expected and not result["lossless"]:
         log(f"WARNING: speculative output diverged from the reference: {divergence_summary(result)}")

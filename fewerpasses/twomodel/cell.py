@@ -37,6 +37,7 @@ def twomodel_cell(
     max_tokens: int,
     repeats: int,
     warmup: int = 1,
+    replicate: int = 1,
 ) -> Dict:
     """Two-model speculative decoding (mlx-lm's draft-model path) against plain decoding of
     the target, with the same protocol as every cell."""
@@ -50,6 +51,7 @@ def twomodel_cell(
         "max_tokens": max_tokens,
         "repeats": repeats,
         "warmup": warmup,
+        "replicate": replicate,
     }
 
     def build(model, tokenizer):
