@@ -368,6 +368,9 @@ def summary_lines(text):
     lines = text.split("\n")
     at = next(i for i, x in enumerate(lines) if x.startswith("## Run: "))
     out = []
+    # After the run's verdict, its own paragraph.
+    if lines[at + 2].startswith("**Verdict: "):
+        at = next(i for i in range(at + 2, len(lines)) if not lines[i].strip()) - 1
     for x in lines[at + 2 :]:
         if not x.startswith("- "):
             break
@@ -627,6 +630,7 @@ def test_writing_a_run_replaces_its_section_and_tables_and_keeps_the_others(tmp_
     folder = tmp_path / "results_tables" / "default"
     assert not stale.exists()
     assert {p.name for p in folder.iterdir()} == {
+        "verdict.json",
         "techniques.csv",
         "techniques_by_category.csv",
         "techniques_by_context.csv",

@@ -79,7 +79,7 @@ def merged(existing: Optional[str], run: str, new_section: str) -> str:
 
 
 def write_tables(tables_dir, run: str, tables: Dict[str, str]) -> Path:
-    """The run's full tables as CSV files under `tables_dir/<run>/`, replacing the ones a
+    """The run's full tables (CSV files, its verdict and cost models) under `tables_dir/<run>/`, replacing the ones a
     previous write of the same run left there (and only those)."""
     from ..core.atomic import write_text
 
@@ -88,6 +88,7 @@ def write_tables(tables_dir, run: str, tables: Dict[str, str]) -> Path:
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in tables.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
         write_text(folder / name, text)
     return folder
 

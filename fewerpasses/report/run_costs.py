@@ -17,15 +17,21 @@ MAX_CURVES = 3
 def _drift(cells: List[Dict]) -> pd.DataFrame:
     from .tables import plain_drift
 
-    df = pd.DataFrame(
-        [
-            {"model": c.get("target"), "started_at": c.get("started_at"), "baseline_tps": c.get("baseline_tps")}
-            for c in cells
-            if c.get("target")
-        ],
-        columns=["model", "started_at", "baseline_tps"],
-    )
-    return plain_drift(df)
+    return plain_drift(plain_speeds(cells))
+
+
+def plain_speeds(cells: List[Dict]) -> pd.DataFrame:
+    """Plain decoding's tok/s in every process of the run, by its start: one row per replicate
+    of each cell (measure/replicates.py), so that drift is read over every process."""
+    rows = []
+    for c in cells:
+        if not c.get("target"):
+            continue
+        for r in c.get("replicates") or [c]:
+            rows.append(
+                {"model": c["target"], "started_at": r.get("started_at"), "baseline_tps": r.get("baseline_tps")}
+            )
+    return pd.DataFrame(rows, columns=["model", "started_at", "baseline_tps"])
 
 
 def _span(hours: float) -> str:

@@ -3,6 +3,7 @@ and its compact tables, each linking its full CSV and its caption, within `MAX_S
 lines where giving up detail allows it; and the full tables copied beside the file."""
 
 import io
+import json
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -15,6 +16,7 @@ from .line_fit import wrap
 from .provenance import provenance, without_paths
 from .run_costs import costs
 from .section_summary import summary
+from .verdict import run_verdict
 from .section_tables import axis_summary, axis_table, bounds_table, techniques_table, terms_table
 
 # The folder, beside the results file, that holds each run's full tables.
@@ -67,10 +69,14 @@ def _read_csv(path: Path) -> Optional[pd.DataFrame]:
 
 
 def full_tables(results_dir, cells: List[Dict]) -> Dict[str, str]:
-    """The run's full tables, as CSV text by file name: the comparison's and the text bounds'
-    CSVs and the layer-skipping sweep as the run wrote them, and the memory plans, the verify
-    curves and the draft trees from the cells. Absolute paths are cut to their last part."""
-    out = {}
+    """The run's full tables, as text by file name: the comparison's and the text bounds'
+    CSVs and the layer-skipping sweep as the run wrote them, the memory plans, the verify
+    curves and the draft trees from the cells, the run's verdict (`verdict.json`), and its cost
+    models (`costs/<model>/<kind>.json`, which a later run can pin: cost_model.pinned).
+    Absolute paths are cut to their last part."""
+    out = {"verdict.json": json.dumps(run_verdict(cells).to_dict(), indent=1) + "\n"}
+    for path in sorted((Path(results_dir) / "costs").glob("*/*.json")):
+        out[f"costs/{path.parent.name}/{path.name}"] = path.read_text()
     tables = Path(results_dir) / "tables"
     for name in COPIED:
         path = tables / name
@@ -106,6 +112,7 @@ def _layout(run, command, cells, frames, files, level: int) -> List[str]:
     link = lambda name, text=None: f"[{text or name}]({TABLES_DIR}/{run}/{name})"
     caption = lambda key: f"[caption]({CAPTIONS[key]})"
     lines = [_BEGIN_FORMAT.format(run), f"## Run: {run}"]
+    lines += [""] + wrap(run_verdict(cells).line())
     lines += [""] + summary(frames["techniques"], frames["by_category"], frames["by_context"])
     lines += ["", "| | |", "|---|---|"]
     rows = provenance(cells, command) + costs(cells)

@@ -10,6 +10,7 @@ from . import compact
 from .provenance import ABSOLUTE_PATH
 from .section import MAX_SECTION_LINES
 from .section_summary import MAX_SUMMARY_LINES
+from .verdict import VERDICT
 
 
 def check_section(text: str, root=None) -> List[str]:
@@ -17,7 +18,7 @@ def check_section(text: str, root=None) -> List[str]:
     more than 80 lines; a line over 200 characters; a table wider than 9 columns, or with a
     column empty or constant in every row; an absolute path; a heading other than one
     `## Run:` and `###`/`####` under it; an opening summary of more than three lines (or
-    none); `<br>` in a cell; a pointer to results/report.html; and, given the repository's
+    none), after the run's verdict where it has one; `<br>` in a cell; a pointer to results/report.html; and, given the repository's
     `root`, a link to a file that is not there."""
     problems = []
     lines = text.rstrip("\n").split("\n")
@@ -46,6 +47,12 @@ def check_section(text: str, root=None) -> List[str]:
         j = at + 1
         while j < len(lines) and not lines[j].strip():
             j += 1
+        # The run's verdict comes first (report/verdict.py), a paragraph of its own.
+        if j < len(lines) and lines[j].startswith(VERDICT):
+            while j < len(lines) and lines[j].strip():
+                j += 1
+            while j < len(lines) and not lines[j].strip():
+                j += 1
         opening = []
         while j < len(lines) and lines[j].startswith("- "):
             opening.append(lines[j])

@@ -50,7 +50,10 @@ COLUMNS = [
 
 
 def load_cells(paths: Iterable) -> List[dict]:
-    return [json.loads(Path(p).read_text()) for p in paths]
+    """The cells at `paths`, each cell's replicates merged into one (measure/replicates.py)."""
+    from ..measure.replicates import merge_replicates
+
+    return merge_replicates([json.loads(Path(p).read_text()) for p in paths])
 
 
 def draft_cost_ratio(cell: dict, profile: Optional[dict]) -> float:

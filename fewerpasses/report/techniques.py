@@ -29,6 +29,15 @@ COLUMNS = [
     "speedup",
     "speedup_ci_low",
     "speedup_ci_high",
+    "speedup_prompts_ci_low",
+    "speedup_prompts_ci_high",
+    "geomean",
+    "geomean_ci_low",
+    "geomean_ci_high",
+    "geomean_prompts_ci_low",
+    "geomean_prompts_ci_high",
+    "replicates",
+    "interval",
     "loop_factor",
     "drafts_factor",
     "quality",
@@ -50,6 +59,13 @@ COLUMNS = [
 CSV_ONLY = [
     "speedup_ci_low",
     "speedup_ci_high",
+    "speedup_prompts_ci_low",
+    "speedup_prompts_ci_high",
+    "geomean_ci_low",
+    "geomean_ci_high",
+    "geomean_prompts_ci_low",
+    "geomean_prompts_ci_high",
+    "interval",
     "token_agreement",
     "draft_share",
     "replayed_speedup",
@@ -58,6 +74,28 @@ CSV_ONLY = [
     "first_kept",
     "break_even_acceptance",
 ]
+
+
+def _intervals(cell: Dict) -> Dict:
+    """A row's other figures and intervals (measure/replicates.py): over prompts as well as
+    over reruns, and the geometric mean over categories with both intervals."""
+    from ..measure.replicates import ONE_PROCESS, intervals
+
+    f = intervals(cell) if "geomean" not in cell or "speedup_prompts_ci" not in cell else cell
+    prompts = f.get("speedup_prompts_ci") or [float("nan")] * 2
+    geo = f.get("geomean_ci") or f.get("geomean_rerun_ci") or [float("nan")] * 2
+    geo_prompts = f.get("geomean_prompts_ci") or [float("nan")] * 2
+    return {
+        "speedup_prompts_ci_low": prompts[0],
+        "speedup_prompts_ci_high": prompts[1],
+        "geomean": f["geomean"],
+        "geomean_ci_low": geo[0],
+        "geomean_ci_high": geo[1],
+        "geomean_prompts_ci_low": geo_prompts[0],
+        "geomean_prompts_ci_high": geo_prompts[1],
+        "replicates": len(cell.get("replicates") or [None]),
+        "interval": cell.get("interval", ONE_PROCESS),
+    }
 
 
 def _row(target, technique, config, cell, quality, extra_gb=0.0, draft="-", basis="") -> Dict:
@@ -72,6 +110,7 @@ def _row(target, technique, config, cell, quality, extra_gb=0.0, draft="-", basi
         "speedup": cell["speedup"],
         "speedup_ci_low": cell["speedup_ci"][0],
         "speedup_ci_high": cell["speedup_ci"][1],
+        **_intervals(cell),
         "quality": quality,
         "quality_basis": basis,
         "tokens_per_pass": cell["tokens_per_pass"],
@@ -220,6 +259,7 @@ def per_prompt_frame(rows: List[Dict]) -> pd.DataFrame:
                         "prompt_tokens": pp.get("prompt_tokens"),
                         "context": context_bucket(pp.get("context"), pp.get("prompt_tokens")),
                         "repeat": run["repeat"],
+                        "replicate": run.get("replicate", r["_cell"].get("replicate", 1)),
                         "decode_tps": run[side]["decode_tps"],
                         "e2e_tps": run[side]["e2e_tps"],
                         "answer_tokens": run[side]["new_tokens"],
@@ -252,18 +292,30 @@ def context_bucket(context, prompt_tokens) -> int:
     return int(2 ** math.ceil(math.log2(max(int(prompt_tokens or 1), 1))))
 
 
+def _pairs(frame: pd.DataFrame, by: str) -> List[Dict]:
+    replicate = frame.replicate if "replicate" in frame else pd.Series(1, index=frame.index)
+    return [
+        {"replicate": r, "prompt": p, "category": c, "ratio": x}
+        for r, p, c, x in zip(replicate, frame.prompt_id, frame[by], frame.speedup)
+    ]
+
+
 def category_frame(per_prompt: pd.DataFrame, by: str = "category") -> pd.DataFrame:
-    """Per (target, technique row, category), and over all categories: the median of the
-    paired decode speedups with its 95% bootstrap interval, tokens per full pass and
-    acceptance (accepted over drafted tokens), from the rows' paired runs. `by="context"`
-    groups by context length instead (the column is then named `context`)."""
-    from ..core.stats import median_ci
+    """Per (target, technique row, category), and over all categories (`overall`: the median
+    over every pair): the speedup with its 95% interval over reruns (replicates, then pairs:
+    core/stats.py:replicated_ci; over the pairs of one process where one replicate ran) and,
+    as `speedup_prompts_ci_*`, over prompts as well; tokens per full pass and acceptance
+    (accepted over drafted tokens), from the rows' paired runs. `by="context"` groups by
+    context length instead (the column is then named `context`)."""
+    from ..core.stats import PROMPTS, RERUN, replicated_ci
 
     out = []
     keys = ["target", "technique", "config"]
     for key, g in per_prompt.groupby(keys, sort=False):
         for category, c in [*g.groupby(by, sort=True), (OVERALL, g)]:
-            med, (lo, hi) = median_ci(c.speedup.tolist())
+            pairs = _pairs(c, by)
+            med, (lo, hi) = replicated_ci(pairs, "median", RERUN)
+            _, (plo, phi) = replicated_ci(pairs, "median", PROMPTS)
             drafted = c.drafted.sum()
             out.append(
                 {
@@ -272,6 +324,9 @@ def category_frame(per_prompt: pd.DataFrame, by: str = "category") -> pd.DataFra
                     "speedup": med,
                     "speedup_ci_low": lo,
                     "speedup_ci_high": hi,
+                    "speedup_prompts_ci_low": plo,
+                    "speedup_prompts_ci_high": phi,
+                    "replicates": c.replicate.nunique() if "replicate" in c else 1,
                     "tokens_per_pass": c.answer_tokens.sum() / c.passes.sum() if c.passes.sum() else float("nan"),
                     "acceptance_rate": c.accepted.sum() / drafted if drafted else float("nan"),
                     "token_agreement": c.token_agreement.astype(float).mean()
