@@ -66,7 +66,7 @@ def run(tmp_path_factory):
 
 def test_diffusion_cell_is_measured_with_the_protocol(run):
     d, _ = run
-    cell = json.loads((d / "results/diffusion/tiny-diff/tiny/block8_thr0.9.json").read_text())
+    cell = json.loads((d / "results/diffusion/tiny-diff/tiny/block8_thr0.9/rep1.json").read_text())
     assert cell["technique"] == "diffusion" and cell["lossless_expected"] is False
     assert cell["block_length"] == 8 and cell["threshold"] == 0.9 and cell["steps"] == 8
     assert cell["adapter"] and cell["same_vocabulary"] and cell["target"] == cell["model"] == "tiny"
@@ -199,9 +199,9 @@ def test_no_drafter_from_the_text_keeps_more_than_its_bound_allows(run):
     d, _ = run
     path = d / "results/text_bounds/tiny/draft4.json"
     bounds = json.loads(path.read_text())
-    ceiling = json.loads((d / "results/ceiling/tiny/draft4.json").read_text())
+    ceiling = json.loads((d / "results/ceiling/tiny/draft4/rep1.json").read_text())
     measured = measured_speedups(ceiling)
-    floor = measured_speedups(json.loads((d / "results/lookup/tiny/ngram3_draft0.json").read_text()))
+    floor = measured_speedups(json.loads((d / "results/lookup/tiny/ngram3_draft0/rep1.json").read_text()))
     # Priced at the ceiling's recorded costs, and set on its measured scale (the stored
     # figures are the cells' own: the map's ends, not a comparison of timings).
     assert bounds["loop_floor"] and bounds["verify_costs"] == ceiling["verify_costs"]
@@ -243,7 +243,7 @@ def test_every_cell_carries_the_contract(run):
             assert cell["technique"] == technique, path
             assert cell["target"] == cell["model"] == "tiny", path
             assert "kind" in cell["draft_source"], path
-    pld = json.loads((d / "results/lookup/tiny/ngram3_draft4.json").read_text())
+    pld = json.loads((d / "results/lookup/tiny/ngram3_draft4/rep1.json").read_text())
     assert pld["lossless"] and pld["min_ngram"] == 1 and pld["draft_share"] < 0.5 and pld["rounds"]
 
 

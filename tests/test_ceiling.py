@@ -53,7 +53,7 @@ def test_a_ceiling_cell_is_lossless_and_sees_only_its_own_prompts_answers(tiny, 
     path, _, _ = tiny
     prompts = repo / "config/prompts/stdlib_code.yaml"
     ref = reference_outputs(path, prompts, 16, "tiny")
-    kw = dict(model_name="tiny", max_tokens=16, repeats=1, warmup=0, cost_repeats=1)
+    kw = dict(model_name="tiny", max_tokens=16, repeats=1, warmup=0, cost_rounds=1)
     cell = ceiling_cell(path, ref, prompts, num_draft=4, **kw)
     assert cell["technique"] == "ceiling" and cell["draft_source"]["kind"] == "reference answer"
     assert cell["lossless"] and cell["acceptance_rate"] == 1.0

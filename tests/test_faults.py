@@ -79,9 +79,9 @@ def test_killed_cell_reruns_alone(tmp_path):
     src = workdir(d)
     # Long enough cells (4 prompts x 3 repeats of 48 tokens) to be killed mid-run.
     write_config(d, base_config({"tiny": src}, [0.2, 0.4], max_tokens=48, repeats=3))
-    victim = d / "results/layerskip/tiny/middle/skip0.4_draft2.json"
-    other = d / "results/layerskip/tiny/middle/skip0.2_draft2.json"
-    log = d / "logs/layerskip/tiny/middle/skip0.4_draft2.log"
+    victim = d / "results/layerskip/tiny/middle/skip0.4_draft2/rep1.json"
+    other = d / "results/layerskip/tiny/middle/skip0.2_draft2/rep1.json"
+    log = d / "logs/layerskip/tiny/middle/skip0.4_draft2/rep1.log"
 
     # 1. SIGKILL the cell's own process after it has timed a pair; Snakemake carries on.
     run = start(d, "--keep-going", SUMMARY)
@@ -206,9 +206,9 @@ def test_a_cell_over_budget_is_planned_and_refused_losing_nothing(tmp_path):
     write_config(d, cfg)
     snakemake(d, "--cores", "1", "plan")
     plan = json.loads((d / "results/plan.json").read_text())
-    cell = "results/lookup/tiny/ngram3_draft4.json"
+    cell = "results/lookup/tiny/ngram3_draft4/rep1.json"
     # The cell, and the A/A run of its model.
-    assert plan["will_not_fit"] == [cell, "results/noise/tiny.json"] and plan["hours"] > 0
+    assert plan["will_not_fit"] == [cell, "results/noise/tiny/rep1.json"] and plan["hours"] > 0
     job = next(j for j in plan["jobs"] if j["file"] == cell)
     assert job["tokens"] == 2 * 12 * len(json.loads(reference.read_text())["outputs"])
     assert "Cells that will not fit" in (d / "results/plan.md").read_text()
@@ -218,7 +218,7 @@ def test_a_cell_over_budget_is_planned_and_refused_losing_nothing(tmp_path):
     write_config(d, cfg)
     proc = snakemake(d, "--cores", "1", cell, check=False)
     assert proc.returncode != 0
-    log = (d / "logs/lookup/tiny/ngram3_draft4.log").read_text()
+    log = (d / "logs/lookup/tiny/ngram3_draft4/rep1.log").read_text()
     assert "CellTooLargeError" in log and "will not fit" in log and "loaded" not in log
     assert reference.stat().st_mtime_ns == before and not (d / cell).exists()
 
@@ -239,12 +239,12 @@ def test_divergence_is_reported_then_refused(tmp_path):
     # Reported: the cells rerun (their reference changed), record where they diverged, and
     # the table and summary flag them.
     snakemake(d, "--cores", "1", SUMMARY)
-    cell = json.loads((d / "results/layerskip/tiny/middle/skip0.2_draft2.json").read_text())
+    cell = json.loads((d / "results/layerskip/tiny/middle/skip0.2_draft2/rep1.json").read_text())
     assert cell["lossless"] is False and cell["lossless_prompts"] == 3
     bad = [p for p in cell["per_prompt"] if not p["lossless"]]
     assert [(p["prompt_id"], p["first_divergence"]) for p in bad] == [(first["prompt_id"], 5)]
     assert bad[0]["plain_matches_reference"] is False  # the reference, not the draft, is off
-    assert "diverged from the reference" in (d / "logs/layerskip/tiny/middle/skip0.2_draft2.log").read_text()
+    assert "diverged from the reference" in (d / "logs/layerskip/tiny/middle/skip0.2_draft2/rep1.log").read_text()
     summary = (d / SUMMARY).read_text()
     assert "lossless (every token equal to mlx-lm's greedy output): 0 of 2" in summary
     assert f"**Divergent cells (not lossless), 2:**" in summary and f"{first['prompt_id']} at token 5" in summary
@@ -258,7 +258,7 @@ def test_divergence_is_reported_then_refused(tmp_path):
     assert proc.returncode != 0 and "require_lossless is set, but 2 cell(s) diverged" in proc.stdout + proc.stderr
 
     # A cell measured under require_lossless fails, its result kept aside for inspection.
-    victim = d / "results/layerskip/tiny/middle/skip0.4_draft2.json"
+    victim = d / "results/layerskip/tiny/middle/skip0.4_draft2/rep1.json"
     victim.unlink()
     proc = snakemake(d, "--cores", "1", SUMMARY, check=False)
     out = proc.stdout + proc.stderr

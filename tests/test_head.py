@@ -11,7 +11,7 @@ import pytest
 
 from fewerpasses.core.models import load
 from fewerpasses.core.stats import first_kept
-from fewerpasses.head.cell import draft_costs, head_stream, loads
+from fewerpasses.head.cell import drafter_of, head_stream, loads
 from fewerpasses.head.check import check_head, link_head
 from fewerpasses.head.model import DraftHead, HeadConfig, HeadFormatError, load_head, read_checkpoint, save_head
 from fewerpasses.head.target import HeadedTarget
@@ -175,11 +175,16 @@ def test_first_kept_is_the_share_of_drafting_rounds_whose_first_token_was_kept()
     assert np.isnan(first_kept([{"drafted": 0, "accepted": 0, "passes": 4}]))
 
 
-def test_draft_costs_are_measured_per_length_and_leave_the_cache(target):
+def test_the_heads_cost_model_prices_its_drafting_per_length(target):
+    from fewerpasses.measure.cost_model import CostTarget, decode_costs_of, measure
+
     _, model = target
     headed = HeadedTarget(model, random_head(model))
-    costs = draft_costs(headed, list(range(1, 20)), [1, 2, 3], repeats=2)
-    assert set(costs) == {1, 2, 3} and all(v > 0 for v in costs.values())
+    file = measure(CostTarget(headed, drafter_of(headed)), list(range(1, 20)), 3, rounds=3, warmup=1, seed=0)
+    assert set(file["draft"]) == {"1", "2", "3"} and set(file["verify"]) == {"1", "2", "3", "4"}
+    assert all(len(v) == 3 for v in file["samples"]["draft"].values())
+    costs = decode_costs_of(file, 2)
+    assert set(costs.draft) == {1, 2} and set(costs.verify) == {1, 2, 3} and costs.plain_token > 0
 
 
 def test_the_check_loads_a_head_and_drafts_on_its_target(tmp_path, target):

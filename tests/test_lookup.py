@@ -283,7 +283,7 @@ def test_lookup_cell_is_lossless_and_says_why(tiny, repo, cost_gate):
         repeats=1,
         warmup=1,
         cost_gate=cost_gate,
-        cost_repeats=2,
+        cost_rounds=2,
     )
     assert cell["technique"] == "lookup" and cell["target"] == cell["model"] == "tiny"
     assert cell["draft_source"]["kind"] == "context" and cell["extra_weight_gb"] == 0.0 and cell["adaptive"]
@@ -319,7 +319,7 @@ def test_a_cell_without_drafts_times_the_loop_alone(tiny, repo):
     prompts = repo / "config/prompts/stdlib_code.yaml"
     ref = reference_outputs(path, prompts, 12, "tiny")
     kw = dict(model_name="tiny", max_ngram=3, min_ngram=1, adaptive=True, max_tokens=12, repeats=1, warmup=0)
-    cell = lookup_cell(path, ref, prompts, num_draft=0, cost_gate=True, cost_repeats=1, **kw)
+    cell = lookup_cell(path, ref, prompts, num_draft=0, cost_gate=True, cost_rounds=1, **kw)
     assert cell["lossless"] and cell["drafted_tokens"] == 0 and cell["accepted_tokens"] == 0
     assert cell["tokens_per_pass"] == 1.0 and set(cell["verify_costs"]["seconds"]) == {"1"}
     assert lookup_label(cell) == "no drafts: the loop's own plain decoding"

@@ -123,7 +123,7 @@ def test_every_cell_is_written_lossless_and_complete(run):
 def test_noise_floor_is_measured_plain_against_plain(run):
     d, _ = run
     for model in ("tiny", "tiny-q4"):
-        aa = json.loads((d / f"results/noise/{model}.json").read_text())
+        aa = json.loads((d / f"results/noise/{model}/rep1.json").read_text())
         assert aa["technique"] == "plain" and aa["lossless"] and aa["acceptance_rate"] is None
         assert aa["tokens_per_pass"] == 1.0 and aa["drafted_tokens"] == 0
         lo, hi = aa["speedup_ci"]
@@ -267,7 +267,7 @@ def test_search_times_frontier_drafts(run):
         assert len(s["measured"]) == 2 + 2
         assert all(r["identical_to_plain"] for r in s["measured"])
         assert {r["num_draft"] for r in s["measured"]} >= {1, 2, 3}
-        cell = json.loads((d / f"results/layerskip/{model}/search/skip0.5_draft3_ours.json").read_text())
+        cell = json.loads((d / f"results/layerskip/{model}/search/skip0.5_draft3_ours/rep1.json").read_text())
         fits = [r for r in s["measured"] if r["budget_fraction"] <= 0.5 and r["num_draft"] <= 3]
         if cell["fallback"]:
             assert not fits
@@ -350,7 +350,7 @@ def test_study_plans_the_earlier_study_cells(tmp_path):
     layerskip_cells = [o for o in outputs if o.startswith("results/layerskip/")]
     middle = [o for o in layerskip_cells if "/middle/" in o]
     expected = sorted(
-        f"results/layerskip/{m}/middle/skip{f}_draft{k}.json"
+        f"results/layerskip/{m}/middle/skip{f}_draft{k}/rep1.json"
         for m in ("qwen3-4b-4bit", "llama3.1-8b-4bit")
         for f in ("0.1", "0.2", "0.3", "0.5")
         for k in (2, 3, 5)
@@ -362,7 +362,7 @@ def test_study_plans_the_earlier_study_cells(tmp_path):
     # with its own quality at each setting; it is no self-speculation model.
     diffusion = [o for o in outputs if o.startswith("results/diffusion/")]
     assert diffusion == sorted(
-        f"results/diffusion/llada2-mini-4bit/{b}/block32_thr{t}.json"
+        f"results/diffusion/llada2-mini-4bit/{b}/block32_thr{t}/rep1.json"
         for b in ("qwen3-4b-4bit", "llama3.1-8b-4bit")
         for t in ("0.95", "0.9")
     )
@@ -371,10 +371,10 @@ def test_study_plans_the_earlier_study_cells(tmp_path):
     # Prompt lookup on both targets (and its loop without drafts), and two-model speculation on
     # its one pair.
     assert [o for o in outputs if o.startswith("results/lookup/")] == sorted(
-        f"results/lookup/{m}/ngram4_draft{k}.json" for m in ("qwen3-4b-4bit", "llama3.1-8b-4bit") for k in (0, 8)
+        f"results/lookup/{m}/ngram4_draft{k}/rep1.json" for m in ("qwen3-4b-4bit", "llama3.1-8b-4bit") for k in (0, 8)
     )
     assert [o for o in outputs if o.startswith("results/twomodel/")] == sorted(
-        f"results/twomodel/llama3.1-8b-4bit/llama3.2-1b-4bit/draft{k}.json" for k in (1, 2, 3, 4, 6)
+        f"results/twomodel/llama3.1-8b-4bit/llama3.2-1b-4bit/draft{k}/rep1.json" for k in (1, 2, 3, 4, 6)
     )
 
 

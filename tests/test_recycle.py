@@ -212,7 +212,7 @@ def test_a_recycle_cell_is_lossless_and_says_what_its_memory_held_and_its_trees_
     ref = reference_outputs(path, prompts, 16, "tiny")
     cell = recycle_cell(
         path, ref, prompts, model_name="tiny", num_draft=3, top_k=4, rows=0, cost_gate=True, max_tokens=16,
-        repeats=2, warmup=1, cost_repeats=1, memory=memory, branches=branches,
+        repeats=2, warmup=1, cost_rounds=1, memory=memory, branches=branches,
     )  # fmt: skip
     assert cell["lossless"] and cell["memory"] == memory and cell["branches"] == branches
     n, held = len(cell["per_prompt"]), cell["memory_runs"]

@@ -98,7 +98,7 @@ def test_a_suffix_cell_is_lossless_and_says_what_its_memory_held(tiny, repo, mem
     path, model, _ = tiny
     prompts = repo / "config/prompts/stdlib_code.yaml"
     ref = reference_outputs(path, prompts, 16, "tiny")
-    kw = dict(max_depth=16, min_match=2, match_factor=2.0, min_prob=0.1, cost_gate=True, cost_repeats=1)
+    kw = dict(max_depth=16, min_match=2, match_factor=2.0, min_prob=0.1, cost_gate=True, cost_rounds=1)
     cell = suffix_cell(
         path, ref, prompts, model_name="tiny", num_draft=4, memory=memory, max_tokens=16, repeats=2, warmup=1, **kw
     )
@@ -240,7 +240,7 @@ def test_a_tree_cell_records_what_its_trees_cost_and_kept(tiny, repo):
     path, _, _ = tiny
     prompts = repo / "config/prompts/stdlib_code.yaml"
     ref = reference_outputs(path, prompts, 16, "tiny")
-    kw = dict(max_depth=16, min_match=2, match_factor=2.0, min_prob=0.1, cost_gate=True, cost_repeats=1)
+    kw = dict(max_depth=16, min_match=2, match_factor=2.0, min_prob=0.1, cost_gate=True, cost_rounds=1)
     cell = suffix_cell(
         path, ref, prompts, model_name="tiny", num_draft=4, memory="prompt", max_tokens=16, repeats=1, warmup=1,
         branches=2, **kw,
