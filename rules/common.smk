@@ -223,7 +223,7 @@ def get_cost_params(wildcards):
         "max_draft": job.max_draft,
         "trees": job.trees,
         "rounds": section.get("rounds", 30),
-        "warmup": section.get("warmup", 5),
+        "warmup": section.get("warmup", 3),
         "seed": section.get("seed", 0),
     }
 

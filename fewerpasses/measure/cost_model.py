@@ -27,6 +27,10 @@ import numpy as np
 
 FORMAT = 1
 FAMILIES = ("verify", "tree", "draft")
+# Tokens of plain decoding a round times (the unit: the mean of the tokens after the second).
+PLAIN_TOKENS = 5
+# Rounds of a cell's end probe, after one not kept.
+END_PROBE_ROUNDS = 5
 
 
 def isotonic(values: Sequence[float]) -> List[float]:
@@ -163,7 +167,7 @@ def measure(
     warmup: int,
     seed: int,
     trees: bool = False,
-    plain_tokens: int = 8,
+    plain_tokens: int = PLAIN_TOKENS,
     log: Callable = print,
 ) -> Dict:
     """A target kind's cost model at `context`: passes of 1..max_draft + 1 tokens, a draft
@@ -232,7 +236,7 @@ def end_probe(
     where some pass's two intervals do not overlap: the machine's curve moved away from the
     file the cell priced its rounds at."""
     ks = [k for k in ks if str(k) in model_file["verify"]]
-    items = _timed_items(target, context, ks, (), (), model_file.get("plain_tokens_per_sample", 8))
+    items = _timed_items(target, context, ks, (), (), model_file.get("plain_tokens_per_sample", PLAIN_TOKENS))
     samples = sample_rounds(items, rounds, 1, seed, log=lambda _: None)
     probe = fit(samples, resamples=500, seed=seed)
     passes = {}
