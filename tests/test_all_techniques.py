@@ -247,6 +247,34 @@ def test_every_cell_carries_the_contract(run):
     assert pld["lossless"] and pld["min_ngram"] == 1 and pld["draft_share"] < 0.5 and pld["rounds"]
 
 
+def test_every_drafting_cell_priced_its_rounds_at_its_kinds_cost_model(run):
+    """One cost model per target kind, measured in its own job before the cells; every cell of
+    that kind read it (one digest), and a run that pins them measures none."""
+    import shutil
+
+    d, cfg = run
+    kinds = {p.stem for p in (d / "results/costs/tiny").glob("*.json")}
+    assert kinds == {"plain", "head-tiny-head", "recycle-top8", "hybrid-tiny-head-top8"}
+    plain = json.loads((d / "results/costs/tiny/plain.json").read_text())
+    assert plain["rounds"] == 30 and plain["max_draft"] == 4 and set(plain["verify"]) == {"1", "2", "3", "4", "5"}
+    assert all(len(v) == 30 for v in plain["samples"]["verify"].values()) and plain["environment"]["blas"] is not None
+    digests = {
+        json.loads(p.read_text())["verify_costs"]["digest"]
+        for kind in ("lookup", "suffix", "ceiling")
+        for p in (d / "results" / kind / "tiny").rglob("rep*.json")
+    }
+    assert len(digests) == 1
+    shutil.copytree(d / "results/costs", d / "pinned_costs", dirs_exist_ok=True)
+    pinned = json.loads(json.dumps(cfg))
+    pinned["cost_model"] = {"pinned": "pinned_costs"}
+    write_config(d, pinned, "pinned.yaml")
+    assert "cost_model" not in planned_jobs(d, config="config/pinned.yaml")
+    # A pinned directory without a kind the grid prices is refused before any job.
+    (d / "pinned_costs/tiny/plain.json").unlink()
+    proc = snakemake(d, "-n", config="config/pinned.yaml", check=False)
+    assert proc.returncode != 0 and "cost_model.pinned: no cost model for" in proc.stdout + proc.stderr
+
+
 def test_new_lookup_setting_adds_one_cell_and_one_check(run):
     d, cfg = run
     grown = json.loads(json.dumps(cfg))

@@ -349,11 +349,14 @@ def test_study_plans_the_earlier_study_cells(tmp_path):
     outputs = sorted(o for j in jobs for o in j["output"])
     layerskip_cells = [o for o in outputs if o.startswith("results/layerskip/")]
     middle = [o for o in layerskip_cells if "/middle/" in o]
+    # Each cell in its 3 replicates, a job each.
+    reps = ("rep1", "rep2", "rep3")
     expected = sorted(
-        f"results/layerskip/{m}/middle/skip{f}_draft{k}/rep1.json"
+        f"results/layerskip/{m}/middle/skip{f}_draft{k}/{r}.json"
         for m in ("qwen3-4b-4bit", "llama3.1-8b-4bit")
         for f in ("0.1", "0.2", "0.3", "0.5")
         for k in (2, 3, 5)
+        for r in reps
     )
     assert middle == expected  # the earlier study's 24 cells, on mlx-lm's loop
     adaptive = [o for o in layerskip_cells if "/middle/" not in o]
@@ -362,20 +365,27 @@ def test_study_plans_the_earlier_study_cells(tmp_path):
     # with its own quality at each setting; it is no self-speculation model.
     diffusion = [o for o in outputs if o.startswith("results/diffusion/")]
     assert diffusion == sorted(
-        f"results/diffusion/llada2-mini-4bit/{b}/block32_thr{t}/rep1.json"
+        f"results/diffusion/llada2-mini-4bit/{b}/block32_thr{t}/{r}.json"
         for b in ("qwen3-4b-4bit", "llama3.1-8b-4bit")
         for t in ("0.95", "0.9")
+        for r in reps
     )
     assert "results/quality/llada2-mini-4bit/general_21/block32_thr0.9.json" in outputs
     assert not any(o.startswith("results/layerskip/llada2-mini-4bit") for o in outputs)
     # Prompt lookup on both targets (and its loop without drafts), and two-model speculation on
     # its one pair.
     assert [o for o in outputs if o.startswith("results/lookup/")] == sorted(
-        f"results/lookup/{m}/ngram4_draft{k}/rep1.json" for m in ("qwen3-4b-4bit", "llama3.1-8b-4bit") for k in (0, 8)
+        f"results/lookup/{m}/ngram4_draft{k}/{r}.json"
+        for m in ("qwen3-4b-4bit", "llama3.1-8b-4bit")
+        for k in (0, 8)
+        for r in reps
     )
     assert [o for o in outputs if o.startswith("results/twomodel/")] == sorted(
-        f"results/twomodel/llama3.1-8b-4bit/llama3.2-1b-4bit/draft{k}/rep1.json" for k in (1, 2, 3, 4, 6)
+        f"results/twomodel/llama3.1-8b-4bit/llama3.2-1b-4bit/draft{k}/{r}.json" for k in (1, 2, 3, 4, 6) for r in reps
     )
+    # One cost model per target and kind, before the cells: the bare target's on both.
+    costs = [o for o in outputs if o.startswith("results/costs/")]
+    assert {"results/costs/qwen3-4b-4bit/plain.json", "results/costs/llama3.1-8b-4bit/plain.json"} <= set(costs)
 
 
 def test_results_file_is_written_by_one_command(run):

@@ -178,6 +178,22 @@ def test_the_rerun_interval_spreads_with_the_replicates_and_the_prompt_interval_
         assert lo <= value <= hi
 
 
+def test_the_balanced_bootstrap_agrees_with_the_one_resample_at_a_time():
+    from fewerpasses.core.stats import _replicated_ci_unbalanced
+
+    pairs = _pairs([0.95, 1.0, 1.08], repeats=2)
+    for stat in ("median", "geomean"):
+        for level in (RERUN, PROMPTS):
+            _, fast = replicated_ci(pairs, stat, level)
+            slow = _replicated_ci_unbalanced(pairs, stat, level, 0.95, 2000, 0)
+            assert fast == pytest.approx(slow, abs=0.02), (stat, level)
+    # A prompt missing from one replicate takes the other path, with the same figure.
+    value, ci = replicated_ci(pairs[1:], "median", RERUN)
+    assert ci[0] <= value <= ci[1]
+    with pytest.raises(ValueError, match="statistic must be"):
+        replicated_ci(pairs, "mean")
+
+
 def test_the_geometric_mean_weighs_each_category_alike():
     # Category x has three prompts at 1.0, y one at 4.0: each category's median, then their mean in logs.
     assert category_geomean([1.0, 1.0, 1.0, 4.0], ["x", "x", "x", "y"]) == pytest.approx(2.0)

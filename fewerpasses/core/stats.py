@@ -34,10 +34,6 @@ INTERVAL_LEVELS = {
 }
 
 
-def _median_of(ratios: Sequence[float]) -> float:
-    return float(np.median(ratios))
-
-
 def category_geomean(ratios: Sequence[float], categories: Sequence) -> float:
     """The geometric mean over categories of each category's median ratio: every category
     weighs the same, however many prompts it has."""
@@ -65,40 +61,91 @@ def replicated_ci(
       (once per resample, the same for every replicate, as the prompts are shared).
     Returns (value, [low, high]); the interval is that of pairs alone where one replicate ran.
     """
+    if statistic not in ("median", "geomean"):
+        raise ValueError(f"statistic must be 'median' or 'geomean', got {statistic!r}")
+    if level not in INTERVAL_LEVELS:
+        raise ValueError(f"level must be one of {sorted(INTERVAL_LEVELS)}, got {level!r}")
     rows = [p for p in pairs if np.isfinite(p["ratio"]) and p["ratio"] > 0]
     if not rows:
         return float("nan"), [float("nan"), float("nan")]
-    stat = _median_of if statistic == "median" else None
+    ratios = [p["ratio"] for p in rows]
+    value = (
+        float(np.median(ratios)) if statistic == "median" else category_geomean(ratios, [p["category"] for p in rows])
+    )
+    reps = sorted({p["replicate"] for p in rows}, key=str)
+    # The prompts in category blocks: position i of a drawn prompt set is always of the same
+    # category, so each category's block is one slice of every resample.
+    by_category: dict = {}
+    for p in rows:
+        by_category.setdefault(p["category"], set()).add(p["prompt"])
+    blocks = [sorted(v, key=str) for v in by_category.values()]
+    prompts = [q for b in blocks for q in b]
+    cell: dict = {}
+    for p in rows:
+        cell.setdefault((p["replicate"], p["prompt"]), []).append(p["ratio"])
+    counts = {len(cell.get((r, q), ())) for r in reps for q in prompts}
+    if len(counts) != 1:
+        return value, _replicated_ci_unbalanced(rows, statistic, level, confidence, resamples, seed)
+    m = counts.pop()
+    # table[r, q, j]: replicate r's j-th pair of prompt q (every replicate ran every prompt
+    # equally often: the protocol's design).
+    table = np.array([[cell[(r, q)] for q in prompts] for r in reps], dtype=float)
+    R, P = len(reps), len(prompts)
+    rng = np.random.default_rng(seed)
+    drawn_r = rng.integers(0, R, (resamples, R))
+    if level == PROMPTS:
+        parts, start = [], 0
+        for b in blocks:
+            parts.append(start + rng.integers(0, len(b), (resamples, len(b))))
+            start += len(b)
+        drawn_q = np.concatenate(parts, axis=1)
+    else:
+        drawn_q = np.broadcast_to(np.arange(P), (resamples, P))
+    drawn_j = rng.integers(0, m, (resamples, R, P, m))
+    sample = table[drawn_r[:, :, None, None], drawn_q[:, None, :, None], drawn_j]  # (B, R, P, m)
+    if statistic == "median":
+        values = np.median(sample.reshape(resamples, -1), axis=1)
+    else:
+        logs, start = [], 0
+        for b in blocks:
+            part = sample[:, :, start : start + len(b), :].reshape(resamples, -1)
+            logs.append(np.log(np.median(part, axis=1)))
+            start += len(b)
+        values = np.exp(np.mean(logs, axis=0))
+    lo, hi = np.quantile(values, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return value, [float(lo), float(hi)]
 
-    def value(sample):
-        ratios = [p["ratio"] for p in sample]
-        if stat is not None:
-            return stat(ratios)
-        return category_geomean(ratios, [p["category"] for p in sample])
 
-    reps = sorted({p["replicate"] for p in rows})
+def _replicated_ci_unbalanced(rows, statistic, level, confidence, resamples, seed):
+    """`replicated_ci`'s interval where replicates ran prompts unequally often (a prompt missing
+    from one, or more repeats in another): the same resampling, one resample at a time."""
+    reps = sorted({p["replicate"] for p in rows}, key=str)
     cells: dict = {}
     for p in rows:
         cells.setdefault((p["replicate"], p["prompt"]), []).append(p)
     prompts_of: dict = {}
     for p in rows:
         prompts_of.setdefault(p["category"], set()).add(p["prompt"])
-    prompts_of = {c: sorted(v) for c, v in prompts_of.items()}
+    prompts_of = {c: sorted(v, key=str) for c, v in prompts_of.items()}
     rng = np.random.default_rng(seed)
     values = []
     for _ in range(resamples):
         drawn_reps = [reps[i] for i in rng.integers(0, len(reps), len(reps))]
         if level == PROMPTS:
-            drawn_prompts = [ps[i] for ps in prompts_of.values() for i in rng.integers(0, len(ps), len(ps))]
+            drawn = [ps[i] for ps in prompts_of.values() for i in rng.integers(0, len(ps), len(ps))]
         else:
-            drawn_prompts = [p for ps in prompts_of.values() for p in ps]
+            drawn = [p for ps in prompts_of.values() for p in ps]
         sample = []
         for r in drawn_reps:
-            for prompt in drawn_prompts:
+            for prompt in drawn:
                 own = cells.get((r, prompt))
                 if own:
                     sample += [own[i] for i in rng.integers(0, len(own), len(own))]
         if sample:
-            values.append(value(sample))
+            ratios = [p["ratio"] for p in sample]
+            if statistic == "median":
+                values.append(float(np.median(ratios)))
+            else:
+                values.append(category_geomean(ratios, [p["category"] for p in sample]))
     lo, hi = np.quantile(values, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return value(rows), [float(lo), float(hi)]
+    return [float(lo), float(hi)]

@@ -29,7 +29,7 @@ FORMAT = 1
 FAMILIES = ("verify", "tree", "draft")
 # Tokens of plain decoding a round times (the unit: the mean of the tokens after the second).
 PLAIN_TOKENS = 5
-# Rounds of a cell's end probe, after one not kept.
+# Rounds of a cell's end probe (no warm-up round: the cell's runs are its warm-up).
 END_PROBE_ROUNDS = 5
 
 
@@ -237,7 +237,8 @@ def end_probe(
     file the cell priced its rounds at."""
     ks = [k for k in ks if str(k) in model_file["verify"]]
     items = _timed_items(target, context, ks, (), (), model_file.get("plain_tokens_per_sample", PLAIN_TOKENS))
-    samples = sample_rounds(items, rounds, 1, seed, log=lambda _: None)
+    # No warm-up round: the cell's runs have just run these passes.
+    samples = sample_rounds(items, rounds, 0, seed, log=lambda _: None)
     probe = fit(samples, resamples=500, seed=seed)
     passes = {}
     for k in ks:

@@ -15,7 +15,9 @@ in the config for a machine not at hand (`plan.rates`, per model):
   passes that release several tokens end a block early). A drafting technique's speedup is
   what its cell measures, so the plan does not guess it: a technique faster than plain
   decoding finishes sooner than planned, a slower one later;
-- a drafting cell on prompt lookup's loop first times its verify curve (`cost_repeats`);
+- a drafting cell on prompt lookup's loop ends with a short probe of its curve
+  (`END_PROBE_ROUNDS`), and each cost model its cells read is one job of its own, priced by
+  the passes its rounds time (`support_job`);
 - jobs that answer a question set decode each question's tokens plainly;
 - layer skipping's profile, calibration and search are priced by the passes they make.
 
@@ -133,7 +135,7 @@ def paired_seconds(
     if cost_rows:
         median = statistics.median_low(prompts) if prompts else 32
         t += median * rates.prefill_token_seconds
-        t += (cost_repeats + 1) * (sum(rates.verify(k) for k in cost_rows) + 5 * rates.plain(median))
+        t += cost_repeats * (sum(rates.verify(k) for k in cost_rows) + 5 * rates.plain(median))
     return t
 
 
