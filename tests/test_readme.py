@@ -82,6 +82,20 @@ def test_every_speedup_the_readme_quotes_is_in_results_md():
     assert not missing, f"quoted in README.md, not found in RESULTS.md: {missing}"
 
 
+def test_the_results_paragraph_quotes_only_valid_runs_and_at_most_ten_figures():
+    """A figure the README quotes comes from a run whose verdict is valid (report/verdict.py),
+    and the paragraph quotes at most ten: the rest is in RESULTS.md."""
+    from fewerpasses.report.results_file import sections as run_sections
+    from fewerpasses.report.verdict import VERDICT
+
+    text = "\n".join(sections(README)[RESULTS_SECTION])
+    quoted = SPEEDUP.findall(text)
+    assert len(quoted) <= 10, quoted
+    valid = [t for t in run_sections((REPO / "RESULTS.md").read_text()).values() if VERDICT + "valid.**" in t]
+    figures = {f for t in valid for f in SPEEDUP.findall(t)}
+    assert not [f for f in quoted if f not in figures], "quoted from a run that is not valid"
+
+
 def config_rows() -> dict[str, list[str]]:
     """config/README.md's file table: the file in each row's first cell -> that row's cells."""
     rows: dict[str, list[str]] = {}
