@@ -194,6 +194,21 @@ def test_the_balanced_bootstrap_agrees_with_the_one_resample_at_a_time():
         replicated_ci(pairs, "mean")
 
 
+def test_few_replicates_widen_the_interval_to_students_t_over_their_own_figures():
+    from fewerpasses.core.stats import replicate_t_interval, t_975
+
+    # Two replicates 20% apart: a bootstrap over them reaches only their own range; a rerun
+    # may well land outside it, and Student's t with one degree of freedom says how far.
+    value, (lo, hi) = replicated_ci(_pairs([1.0, 1.2]), "median", RERUN)
+    assert lo < 1.0 * 1.4 * 0.8 and hi > 1.2 * 1.7 * 1.2
+    assert replicate_t_interval([1.0, 1.2]) == pytest.approx(
+        [1.2**0.5 / np.exp(12.706 * np.log(1.2) / 2), 1.2**0.5 * np.exp(12.706 * np.log(1.2) / 2)]
+    )
+    assert t_975(2) == 4.303 and t_975(11) == 2.228 and t_975(500) == 1.96
+    # Alike replicates leave the bootstrap's interval as it is.
+    assert replicated_ci(_pairs([1.0, 1.0, 1.0]), "median", RERUN)[1][1] < 1.8 * 1.05
+
+
 def test_the_geometric_mean_weighs_each_category_alike():
     # Category x has three prompts at 1.0, y one at 4.0: each category's median, then their mean in logs.
     assert category_geomean([1.0, 1.0, 1.0, 4.0], ["x", "x", "x", "y"]) == pytest.approx(2.0)

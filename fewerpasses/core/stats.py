@@ -1,6 +1,6 @@
 """Paired-ratio statistics: median with a bootstrap confidence interval."""
 
-from typing import Sequence
+from typing import List, Sequence
 
 import numpy as np
 
@@ -59,7 +59,9 @@ def replicated_ci(
     level: RERUN resamples replicates, then each prompt's pairs within a drawn replicate, so
       the prompts stay the ones measured; PROMPTS also draws the prompts of each category
       (once per resample, the same for every replicate, as the prompts are shared).
-    Returns (value, [low, high]); the interval is that of pairs alone where one replicate ran.
+    Where two or more replicates ran, the interval is widened to at least Student's t interval
+    over the replicates' own figures (`_with_replicate_t`). Returns (value, [low, high]); the
+    interval is that of pairs alone where one replicate ran.
     """
     if statistic not in ("median", "geomean"):
         raise ValueError(f"statistic must be 'median' or 'geomean', got {statistic!r}")
@@ -113,7 +115,46 @@ def replicated_ci(
             start += len(b)
         values = np.exp(np.mean(logs, axis=0))
     lo, hi = np.quantile(values, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return value, [float(lo), float(hi)]
+    return value, _with_replicate_t(rows, statistic, [float(lo), float(hi)], confidence)
+
+
+# Student's t at 97.5% (a two-sided 95% interval) by degrees of freedom; past the table, a
+# smaller tabled df is taken (a wider interval), and 1.96 from 120 on.
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.960}  # fmt: skip
+
+
+def t_975(df: int) -> float:
+    return T_975[max(k for k in T_975 if k <= df)]
+
+
+def replicate_t_interval(values: Sequence[float]) -> List[float]:
+    """Student's t 95% interval of the geometric mean of positive per-replicate figures (on
+    the log scale), or [nan, nan] for fewer than two."""
+    x = np.log(np.asarray(values, dtype=float))
+    if x.size < 2:
+        return [float("nan"), float("nan")]
+    half = t_975(x.size - 1) * float(np.std(x, ddof=1)) / np.sqrt(x.size)
+    return [float(np.exp(x.mean() - half)), float(np.exp(x.mean() + half))]
+
+
+def _with_replicate_t(rows, statistic: str, interval: List[float], confidence: float) -> List[float]:
+    """The bootstrap interval widened to Student's t interval over the replicates' own
+    figures, where two or more replicates ran: a percentile bootstrap over a few replicates
+    can reach no further than their own range, so alone it is too narrow to hold a rerun."""
+    by_rep: dict = {}
+    for p in rows:
+        by_rep.setdefault(p["replicate"], []).append(p)
+    if len(by_rep) < 2 or confidence != 0.95:
+        return interval
+    figures = [
+        float(np.median([p["ratio"] for p in ps]))
+        if statistic == "median"
+        else category_geomean([p["ratio"] for p in ps], [p["category"] for p in ps])
+        for ps in by_rep.values()
+    ]
+    lo, hi = replicate_t_interval(figures)
+    return [min(interval[0], lo), max(interval[1], hi)]
 
 
 def _replicated_ci_unbalanced(rows, statistic, level, confidence, resamples, seed):
@@ -148,4 +189,4 @@ def _replicated_ci_unbalanced(rows, statistic, level, confidence, resamples, see
             else:
                 values.append(category_geomean(ratios, [p["category"] for p in sample]))
     lo, hi = np.quantile(values, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return [float(lo), float(hi)]
+    return _with_replicate_t(rows, statistic, [float(lo), float(hi)], confidence)
