@@ -216,7 +216,7 @@ def test_no_drafter_from_the_text_keeps_more_than_its_bound_allows(run):
     cells = {
         str(c.relative_to(d / "results")): json.loads(c.read_text())
         for kind in ("lookup", "suffix")
-        for c in sorted((d / "results" / kind / "tiny").glob("*.json"))
+        for c in sorted((d / "results" / kind / "tiny").rglob("rep*.json"))
     }
     # Every cell from the text of the run is in reach of a bound, and lossless: all are checked
     # (on these answers they may keep no draft at all; test_text_bounds.py replays drafters on

@@ -150,7 +150,7 @@ def test_missing_weight_file_fails_only_its_model(tmp_path):
     assert proc.returncode != 0
     # The error names the model and the file.
     assert "model 'broken'" in out and "model-00002-of-00002.safetensors: missing" in out
-    tiny_cells = sorted((d / "results/layerskip/tiny/middle").glob("*.json"))
+    tiny_cells = sorted((d / "results/layerskip/tiny/middle").rglob("rep*.json"))
     assert len(tiny_cells) == 2  # every other cell finished
     mtimes = [p.stat().st_mtime for p in tiny_cells]
     assert not (d / "resources/models/broken/mlx").exists()
@@ -167,7 +167,7 @@ def test_missing_weight_file_fails_only_its_model(tmp_path):
     }
     snakemake(d, "--cores", "1", SUMMARY)
     assert [p.stat().st_mtime for p in tiny_cells] == mtimes
-    assert len(list((d / "results/layerskip/broken/middle").glob("*.json"))) == 2
+    assert len(list((d / "results/layerskip/broken/middle").rglob("rep*.json"))) == 2
     assert "4 cells" in (d / SUMMARY).read_text()
 
 
@@ -200,7 +200,8 @@ def test_a_cell_over_budget_is_planned_and_refused_losing_nothing(tmp_path):
     cfg["lookup"] = {"models": ["tiny"], "max_ngrams": [3], "min_ngram": 2, "draft_lengths": [4]}
     write_config(d, cfg)
     reference = d / "results/reference/tiny/stdlib_code.json"
-    snakemake(d, "--cores", "1", str(reference.relative_to(d)))
+    # The reference and the cost model the cell reads, made before any budget is set.
+    snakemake(d, "--cores", "1", str(reference.relative_to(d)), "results/costs/tiny/plain.json")
     # The plan of a machine with 50 kB to spare: the cell will not fit, and says so.
     cfg["plan"] = {"budget_gb": 0.00005, "machine": "a very small one"}
     write_config(d, cfg)
@@ -264,7 +265,7 @@ def test_divergence_is_reported_then_refused(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "DivergenceError" in out and "at token 5" in out
     assert not victim.exists()
-    kept = json.loads((victim.parent / "skip0.4_draft2.diverged.json").read_text())
+    kept = json.loads((victim.parent / "rep1.diverged.json").read_text())
     assert kept["lossless"] is False and kept["per_prompt"][0]["first_divergence"] == 5
     assert planned_jobs(d, SUMMARY)["layerskip_cell"] == 1  # it stays to be done
 
@@ -273,5 +274,5 @@ def test_divergence_is_reported_then_refused(tmp_path):
     ref_path.write_text(json.dumps(ref))
     snakemake(d, "--cores", "1", SUMMARY)
     assert json.loads(victim.read_text())["lossless"] is True
-    assert not (victim.parent / "skip0.4_draft2.diverged.json").exists()
+    assert not (victim.parent / "rep1.diverged.json").exists()
     assert "2 of 2" in (d / SUMMARY).read_text()

@@ -355,6 +355,10 @@ def test_one_cost_model_per_model_and_kind_up_to_its_longest_draft(tmp_path):
     job = jobs[("m", "plain")]
     assert job.max_draft == 6 and not job.trees and {c["technique"] for c in job.cells} == {"lookup", "ceiling"}
     assert cost_jobs(_config(cost_model={"max_draft": 8}))[("m", "plain")].max_draft == 8
+    # Its params are only what its cost target reads: another first cell changes nothing.
+    grown = _config()
+    grown["lookup"] = {**grown["lookup"], "draft_lengths": [4, 2]}
+    assert cost_jobs(grown)[("m", "plain")].params == job.params == {}
     with pytest.raises(ConfigError, match="cost_model.max_draft: 5 is below the draft length of 1 cell"):
         cost_jobs(_config(cost_model={"max_draft": 5}))
     with pytest.raises(ConfigError, match="no cost model for .*m/plain.json"):

@@ -59,4 +59,5 @@ TECHNIQUE = Technique(
     on_lookup_loop=True,
     cost_kind=lambda w, p: f"hybrid-{w['head']}-top{p['top_k']}",
     cost_target="fewerpasses.hybrid.cell:cost_target",
+    cost_keys=("top_k",),
 )

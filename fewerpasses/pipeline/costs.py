@@ -17,8 +17,8 @@ COST_FILE = "{model}/{kind}.json"
 @dataclass
 class CostJob:
     """One (model, target kind)'s cost model: measured on `technique`'s cost target, built from
-    the first of its cells' `params` and `inputs`, for draft lengths up to `max_draft`, with
-    draft-tree passes where some cell verifies trees."""
+    the params it reads (`Technique.cost_keys`) and the inputs of the first of its cells, for
+    draft lengths up to `max_draft`, with draft-tree passes where some cell verifies trees."""
 
     model: str
     kind: str
@@ -53,7 +53,8 @@ def cost_jobs(config: Dict) -> Dict[Tuple[str, str], CostJob]:
             job = jobs.get((model, kind))
             if job is None:
                 inputs = t.inputs(ns, config)
-                job = jobs[(model, kind)] = CostJob(model, kind, t.name, params, inputs, 0, False)
+                own = {k: params[k] for k in t.cost_keys if k in params}
+                job = jobs[(model, kind)] = CostJob(model, kind, t.name, own, inputs, 0, False)
             job.max_draft = max(job.max_draft, int(params.get("num_draft") or 0))
             job.trees = job.trees or int(params.get("branches") or 1) > 1
             job.cells.append({"technique": t.name, **w})

@@ -74,4 +74,5 @@ TECHNIQUE = Technique(
     on_lookup_loop=True,
     cost_kind=lambda w, p: f"recycle-top{p['top_k']}" + (f"-rows{p['rows']}" if p.get("rows") else ""),
     cost_target="fewerpasses.recycle.cell:cost_target",
+    cost_keys=("top_k", "rows"),
 )
