@@ -266,7 +266,9 @@ def test_divergence_is_reported_then_refused(tmp_path):
     assert proc.returncode != 0 and "DivergenceError" in out and "at token 5" in out
     assert not victim.exists()
     kept = json.loads((victim.parent / "rep1.diverged.json").read_text())
-    assert kept["lossless"] is False and kept["per_prompt"][0]["first_divergence"] == 5
+    # Its prompts in the order its seed ran them: the altered one found by its id.
+    altered = next(p for p in kept["per_prompt"] if p["prompt_id"] == first["prompt_id"])
+    assert kept["lossless"] is False and altered["first_divergence"] == 5
     assert planned_jobs(d, SUMMARY)["layerskip_cell"] == 1  # it stays to be done
 
     # The reference restored: the cells rerun, lossless, and the refused copy is cleared.
