@@ -153,6 +153,7 @@ def run_cell(
         candidate = build(model, tokenizer)
     own_tok = candidate.tokenizer
     same_vocab = own_tok is None or own_tok.get_vocab() == tokenizer.get_vocab()
+    seed = order_seed(cfg)
     with held_wired_limit() as wired:
         records = paired_runs(
             prompts,
@@ -162,7 +163,7 @@ def run_cell(
             settings["repeats"],
             settings["warmup"],
             log=log,
-            seed=order_seed(cfg),
+            seed=seed,
             # A candidate with its own tokenizer reads the same conversations: the target's answers.
             candidate_prompts=None if same_vocab else encoded_prompts(own_tok, prompt_set_path, replies=replies),
             candidate_eos_ids=None if own_tok is None else eos_ids(own_tok),
@@ -171,7 +172,7 @@ def run_cell(
     # The replicate's prompt order, as the pairs ran (measure/protocol.py).
     extra = {
         **extra,
-        "order_seed": order_seed(cfg),
+        "order_seed": seed,
         "prompt_order": [r["prompt_id"] for r in records if r["repeat"] == 0],
     }
     extra = {"n_layers": len(model.layers), "same_vocabulary": same_vocab, **extra}

@@ -5,16 +5,14 @@ One process, one model load. After a warm-up, every prompt and repeat runs the b
 floor) back to back, alternating which goes first from pair to pair (A B, B A, A B, ...: ABBA
 over any two pairs), so that drift in machine speed hits both sides alike. The prompts run in
 an order shuffled by the cell's seed (`order_seed`: each replicate of a cell its own), so that
-no prompt or category always meets the machine at the same point of a process. Each prompt is prefilled once per model and every run decodes from a copy
-(core.prefill): decode timings are those of a fresh cache, end-to-end ones add that prefill.
-A prompt's repeats run one after another and its caches are freed after them, so that a
-cell's memory does not grow with its prompt count. Ratios are taken per pair, and every
-ratio, interval and acceptance rate of a cell, the bench and the search is computed here
-(`summarize`, `PairedSummary`).
+no prompt or category always meets the machine at the same point of a process. Each prompt is
+prefilled once per model and every run decodes from a copy (core.prefill): decode timings are
+those of a fresh cache, end-to-end ones add that prefill. A prompt's repeats run one after
+another and its caches are freed after them, so that a cell's memory does not grow with its
+prompt count. Ratios are taken per pair, and every ratio, interval and acceptance rate of a
+cell, the bench and the search is computed here (`summarize`, `PairedSummary`).
 """
 
-import hashlib
-import json
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -23,6 +21,7 @@ import mlx.core as mx
 import numpy as np
 
 from .streams import GenerationStats, TokenStream, timed_generation
+from ..core.environment import config_hash
 from ..core.prefill import PromptCaches, shared_prefix
 from ..core.stats import median_ci
 
@@ -67,10 +66,10 @@ def paired_ratio(records: List[Dict], key: str = "decode_tps") -> Tuple[float, L
 
 
 def order_seed(settings: Dict) -> int:
-    """The seed of a cell's prompt order: from its settings, its replicate among them, so that
-    a rerun of the same cell runs the same order and each replicate its own."""
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
-    return int(digest[:8], 16)
+    """The seed of a cell's prompt order: from its settings' hash (core.environment.config_hash),
+    its replicate among them, so that a rerun of the same cell runs the same order and each
+    replicate its own."""
+    return int(config_hash(settings)[:8], 16)
 
 
 def run_order(prompts: List[Dict], seed: Optional[int]) -> List[Dict]:
