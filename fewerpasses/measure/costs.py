@@ -115,27 +115,14 @@ def decode_costs(
     plain_tokens: int = 16,
     tree_ks: Sequence[int] = (),
 ) -> DecodeCosts:
-    """The verify curve and plain decoding's pipelined token time after `context`, timed
-    round-robin together (plain: `plain_tokens` tokens of `generate_step`, per token from the
-    second on, since it frees its buffer cache after the first; its cache entries trimmed after)."""
+    """The verify curve and plain decoding's pipelined token time (`plain_token_fn`, over
+    `plain_tokens` tokens) after `context`, timed round-robin together."""
     cache = filled_cache(model, context)
     plain = plain_token_fn(model, cache, context, plain_tokens)
     fns = {k: _verify_pass(model, cache, context[-1], k) for k in ks}
     trees = {("tree", k): _tree_pass(model, cache, context[-1], k) for k in tree_ks}
     timed = round_robin({**fns, **trees, "plain": plain}, repeats, warmup=1)
     return DecodeCosts({k: timed[k] for k in ks}, timed["plain"], {k: timed[("tree", k)] for k in tree_ks})
-
-
-def draft_seconds(model: nn.Module, context: Sequence[int], ks: Sequence[int], repeats: int, make_drafter) -> Dict:
-    """Median seconds for a drafter that computes (a draft head, a table read on the device) to
-    draft k tokens after `context`, for each k, timed round-robin: `make_drafter(tokens)` makes
-    the loop's index, bound to a cache of `model` filled with the context; drafting leaves the
-    cache as it was."""
-    cache = filled_cache(model, context)
-    drafter = make_drafter(list(context))
-    drafter.bind(cache)
-    timed = round_robin({k: (lambda k=k: drafter.continuation(k)) for k in ks}, repeats, warmup=1)
-    return {k: timed[k] for k in ks}
 
 
 def expected_tokens(acceptance: float, k: int) -> float:

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from ..measure.cost_model import END_PROBE_ROUNDS, PLAIN_TOKENS
 from ..techniques import REGISTRY
 
 # Seconds Snakemake spends on a job beyond its script: scheduling, the script's preamble.
@@ -105,10 +106,6 @@ class PlannedJob:
     notes: List[str] = field(default_factory=list)
 
 
-# The rounds of a drafting cell's end probe (measure/cost_model.py:END_PROBE_ROUNDS).
-END_PROBE_ROUNDS = 5
-
-
 def paired_seconds(
     rates: Rates,
     prompts: Sequence[int],
@@ -135,7 +132,7 @@ def paired_seconds(
     if cost_rows:
         median = statistics.median_low(prompts) if prompts else 32
         t += median * rates.prefill_token_seconds
-        t += cost_repeats * (sum(rates.verify(k) for k in cost_rows) + 5 * rates.plain(median))
+        t += cost_repeats * (sum(rates.verify(k) for k in cost_rows) + PLAIN_TOKENS * rates.plain(median))
     return t
 
 
@@ -434,7 +431,7 @@ def support_job(need: Dict, r: Rates, prompts: Sequence[int], config: Dict) -> P
         rows = sum(r.verify(j) for j in range(1, k + 2)) + (
             sum(r.verify(2 * j) for j in range(1, k + 2)) if need["trees"] else 0
         )
-        rows += 5 * r.plain(100) + (sum(j * r.plain(100) for j in range(1, k + 1)) if need["draft"] else 0)
+        rows += PLAIN_TOKENS * r.plain(100) + (sum(j * r.plain(100) for j in range(1, k + 1)) if need["draft"] else 0)
         return PlannedJob(rule, need["file"], need["model"], base + (c["rounds"] + c["warmup"]) * rows, r.source)
     ls = config.get("layerskip") or {}
     cal_tokens = int(ls.get("calibration_tokens") or 64)
