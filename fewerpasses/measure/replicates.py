@@ -162,10 +162,11 @@ def replicate_record(cell: Dict) -> Dict:
     }
 
 
-def cell_key(cell: Dict):
+def cell_key(cell) -> object:
     """What makes two files replicates of one cell: the same settings but for the replicate
-    (`cell_id`, measure/results.py); a file without one (not a timed cell) is its own."""
-    return cell.get("cell_id") or id(cell)
+    (`cell_id`, measure/results.py); a file without one (not a timed cell, or one written
+    before replicates) is its own."""
+    return (isinstance(cell, dict) and "per_prompt" in cell and cell.get("cell_id")) or id(cell)
 
 
 def merge_replicates(cells: List[Dict]) -> List[Dict]:
@@ -173,6 +174,5 @@ def merge_replicates(cells: List[Dict]) -> List[Dict]:
     cell measured once, and anything that is not a timed cell, passes through as it is."""
     groups: Dict = {}
     for c in cells:
-        key = cell_key(c) if isinstance(c, dict) and "per_prompt" in c else id(c)
-        groups.setdefault(key, []).append(c)
+        groups.setdefault(cell_key(c), []).append(c)
     return [merge(g) if len(g) > 1 else g[0] for g in groups.values()]

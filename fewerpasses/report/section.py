@@ -76,7 +76,7 @@ def full_tables(results_dir, cells: List[Dict]) -> Dict[str, str]:
     Absolute paths are cut to their last part."""
     out = {"verdict.json": json.dumps(run_verdict(cells).to_dict(), indent=1) + "\n"}
     for path in sorted((Path(results_dir) / "costs").glob("*/*.json")):
-        out[f"costs/{path.parent.name}/{path.name}"] = path.read_text()
+        out[f"costs/{path.parent.name}/{path.name}"] = without_paths(path.read_text())
     tables = Path(results_dir) / "tables"
     for name in COPIED:
         path = tables / name
@@ -104,7 +104,7 @@ def _frames(results_dir) -> Dict[str, Optional[pd.DataFrame]]:
     }
 
 
-def _layout(run, command, cells, frames, files, level: int) -> List[str]:
+def _layout(run, command, cells, frames, files, verdict, level: int) -> List[str]:
     """The section's lines; a higher `level` gives up detail to stay within the section's
     lines: 1 the context lengths' rows, 2 each category's bounds, 3 each category's speedups
     (each row's best and worst category instead), 4 those of plain and the ceiling, 5 the
@@ -112,7 +112,7 @@ def _layout(run, command, cells, frames, files, level: int) -> List[str]:
     link = lambda name, text=None: f"[{text or name}]({TABLES_DIR}/{run}/{name})"
     caption = lambda key: f"[caption]({CAPTIONS[key]})"
     lines = [_BEGIN_FORMAT.format(run), f"## Run: {run}"]
-    lines += [""] + wrap(run_verdict(cells).line())
+    lines += [""] + wrap(verdict.line())
     lines += [""] + summary(frames["techniques"], frames["by_category"], frames["by_context"])
     lines += ["", "| | |", "|---|---|"]
     rows = provenance(cells, command) + costs(cells)
@@ -184,8 +184,9 @@ def section(run: str, command: str, results_dir, cells: List[Dict]) -> str:
     `MAX_SECTION_LINES` lines where giving up detail allows it (the rest is in its CSVs)."""
     frames = _frames(results_dir)
     files = full_tables(results_dir, cells)
+    verdict = run_verdict(cells)
     for level in range(6):
-        lines = _layout(run, command, cells, frames, files, level)
+        lines = _layout(run, command, cells, frames, files, verdict, level)
         if len(lines) <= MAX_SECTION_LINES:
             break
     return without_paths("\n".join(lines)) + "\n"
