@@ -11,6 +11,11 @@ With an adaptive policy the loop adds one rule of its own, a backoff: single-tok
 refused in a row pause drafting for 2, 4, 8, then 16 tokens. With `policy.branches` 2 and an
 index that offers several continuations (the suffix trie), a round may verify two at once
 (a draft tree, tree.py), keeping the branch that agrees longest.
+
+With a `TokenChoice` (core/sampling.py) the loop samples as mlx-lm's `generate_step` does,
+with its sampler and logits processors: a drafted token is kept where the target's own
+sample at its position equals it, which keeps the output's distribution the target's. Without
+one it decodes greedily, as every timed cell does.
 """
 
 import time
@@ -22,6 +27,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
 from ..core.greedy import greedy
 from ..core.prefill import PromptCaches, caches_of, prefill
+from ..core.sampling import TokenChoice
 from .draft import ACCEPTANCES, FIRST_DRAFT, DraftPolicy, NgramIndex, next_cap
 from .tree import agreeing, can_branch, commit, tree_pays, verify_branches
 
@@ -45,8 +51,15 @@ class DraftIndex(Protocol):
 
 
 class LookupStream:
-    """One greedy generation as a `TokenStream` (fewerpasses.measure.streams); after it ends,
-    `draft_seconds` is the host time spent finding drafts (index updates included)."""
+    """One generation as a `TokenStream` (fewerpasses.measure.streams); after it ends,
+    `draft_seconds` is the host time spent finding drafts (index updates included).
+
+    choice: how logits become tokens (a sampler, logits processors); None decodes greedily.
+      With it, `logprobs` is the row of log-probabilities of the token last yielded.
+    cache: the prompt cache to decode into (updated in place, as mlx-lm's `prompt_cache`);
+      it may already hold the start of the prompt. None: a fresh one (or `caches`' copy).
+    after_pass: called with the cache after every pass (mlx-lm's KV-cache quantization).
+    """
 
     def __init__(
         self,
@@ -57,8 +70,15 @@ class LookupStream:
         prefill_step_size: int = 2048,
         caches: Optional[PromptCaches] = None,
         index: Optional[Callable[[List[int], DraftPolicy], DraftIndex]] = None,
+        choice: Optional[TokenChoice] = None,
+        cache: Optional[List] = None,
+        after_pass: Optional[Callable[[List], None]] = None,
     ):
         self.model, self.prompt, self.max_tokens, self.policy = model, prompt, max_tokens, policy
+        self.choice, self.cache, self.after_pass = choice, cache, after_pass
+        self.logprobs: Optional[mx.array] = None
+        if choice is not None and policy.branches > 1:
+            raise ValueError("draft trees (branches 2) verify greedily only; sample with branches 1")
         self.prefill_step_size, self.caches = prefill_step_size, caches
         # Where drafts come from: by default the n-gram index over the prompt and the output.
         self.make_index = NgramIndex if index is None else index
@@ -104,23 +124,51 @@ class LookupStream:
 
     def _run(self):
         model, policy, max_tokens = self.model, self.policy, self.max_tokens
-        cache = caches_of(self.caches, [model]) or make_prompt_cache(model)
+        cache = self.cache if self.cache is not None else caches_of(self.caches, [model]) or make_prompt_cache(model)
         if not can_trim_prompt_cache(cache):
             raise ValueError("prompt lookup needs a trimmable KV cache; this model's cache cannot be trimmed")
-        prefill(model, self.prompt, cache, self.prefill_step_size)
-        y = self.prompt[cache[0].offset :]
-        index = self._timed(self.make_index, self.prompt.tolist(), policy)
+        # A cache that already holds the prompt's start: the prompt is then the rest (mlx-lm's
+        # convention), and the index drafts from that rest.
+        held = cache[0].offset if self.cache is not None else 0
+        full = self.prompt
+        prompt = full if held == 0 else mx.concatenate([mx.zeros((held,), full.dtype), full])
+        prefill(model, prompt, cache, self.prefill_step_size)
+        y = prompt[cache[0].offset :]
+        index = self._timed(self.make_index, full.tolist(), policy)
         if hasattr(index, "bind"):  # an index that drafts from the loop's cache (a draft head)
             index.bind(cache)
+        choice, after = self.choice, self.after_pass
+        if choice is not None:
+            choice.history = full[: full.size - y.size]
 
-        def step(y):
-            return greedy(model(y[None], cache=cache)[0, -1], keepdims=True).astype(mx.uint32)
+        if choice is None:
 
-        def verify(y, drafts: List[int]):
-            inputs = mx.concatenate([y, mx.array(drafts, dtype=mx.uint32)])
-            return greedy(model(inputs[None], cache=cache)[0])
+            def step(y):
+                return greedy(model(y[None], cache=cache)[0, -1], keepdims=True).astype(mx.uint32)
 
+            def verify(y, drafts: List[int]):
+                inputs = mx.concatenate([y, mx.array(drafts, dtype=mx.uint32)])
+                return greedy(model(inputs[None], cache=cache)[0])
+
+        else:
+
+            def step(y):
+                out = choice(y, model(y[None], cache=cache)[0, -1:]).astype(mx.uint32)
+                choice.keep(y, y.size)
+                self._rows = choice.logprobs
+                if after is not None:
+                    after(cache)
+                return out
+
+            def verify(y, drafts: List[int]):
+                inputs = mx.concatenate([y, mx.array(drafts, dtype=mx.uint32)])
+                out = choice(inputs, model(inputs[None], cache=cache)[0])
+                self._inputs, self._rows = inputs, choice.logprobs
+                return out
+
+        self._rows = None  # with a choice: the log-probabilities of the last pass's positions
         y = step(y)
+        rows = self._rows  # y's row of them
         mx.async_eval(y)
         known = False  # whether y's value has been read (and emitted); y is never yet in the cache
         gate = policy.verify_cost is not None
@@ -161,13 +209,17 @@ class LookupStream:
                     if nxt is not None:
                         mx.async_eval(nxt)
                     tok = y.item()
+                    if choice is not None:
+                        self.logprobs = rows[0]
                     yield tok, False, 0
                     n += 1
                     accept.emitted()
                     self._timed(index.append, tok)
-                    y = nxt
+                    y, rows = nxt, self._rows
                     continue
                 tok = y.item()
+                if choice is not None:
+                    self.logprobs = rows[0]
                 yield tok, False, 0
                 n += 1
                 accept.emitted()
@@ -195,6 +247,7 @@ class LookupStream:
                     drafts = self._timed(index.continuation, limit) if limit > 0 else []
                 if not drafts:
                     y = step(y)
+                    rows = self._rows
                     mx.async_eval(y)
                     known = False
                     continue
@@ -213,10 +266,18 @@ class LookupStream:
             if k - m and tree is None:
                 for c in cache:
                     c.trim(k - m)
+            if choice is not None:
+                choice.keep(self._inputs, m + 1)
+                if after is not None:
+                    after(cache)
             for i in range(m):
+                if choice is not None:
+                    self.logprobs = self._rows[i]
                 yield drafts[i], True, (k if i == 0 else None)
                 self._timed(index.append, drafts[i])
             bonus = targets[m]
+            if choice is not None:
+                self.logprobs = self._rows[m]
             yield bonus, False, (k if m == 0 else None)
             self._timed(index.append, bonus)
             n += m + 1
@@ -230,5 +291,7 @@ def lookup_stream(
     policy: DraftPolicy,
     caches: Optional[PromptCaches] = None,
     index: Optional[Callable[[List[int], DraftPolicy], DraftIndex]] = None,
+    **options,
 ) -> LookupStream:
-    return LookupStream(model, prompt, max_tokens, policy, caches=caches, index=index)
+    """`LookupStream`; `options` are its keywords (`choice`, `cache`, `after_pass`, ...)."""
+    return LookupStream(model, prompt, max_tokens, policy, caches=caches, index=index, **options)
