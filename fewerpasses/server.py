@@ -85,6 +85,9 @@ class _KindCache:
     def insert_cache(self, model, tokens, prompt_cache, **kwargs):
         return self.lru.insert_cache((model, self.layout), tokens, prompt_cache, **kwargs)
 
+    def __len__(self):
+        return len(self.lru)
+
     def __getattr__(self, name):
         return getattr(self.lru, name)
 
