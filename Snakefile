@@ -14,6 +14,7 @@
 #   results/lookup/<model>/ngram<n>_draft<k>.json                one prompt-lookup cell
 #   results/diffusion/<model>/<baseline>/block<b>_thr<t>.json    one diffusion cell
 #   results/suffix/<model>/draft<k>_<memory>_b<n>.json          one suffix-drafting cell
+#   results/generate/<model>/<drafter>_temp<t>/rep<r>.json       one generate-API cell
 #   results/recycle/<model>/draft<k>.json                      one recycled-predictions cell
 #   results/head/<model>/<head>/draft<k>.json                  one draft-head cell
 #   results/hybrid/<model>/<head>/draft<k>.json                one hybrid cell
@@ -58,6 +59,7 @@ include: "rules/suffix.smk"
 include: "rules/recycle.smk"
 include: "rules/head.smk"
 include: "rules/hybrid.smk"
+include: "rules/generate.smk"
 include: "rules/techniques.smk"
 include: "rules/results.smk"
 include: "rules/bench.smk"

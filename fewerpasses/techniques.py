@@ -10,6 +10,7 @@ from typing import Dict, List
 from .ceiling.technique import TECHNIQUE as CEILING
 from .core.technique import Technique
 from .diffusion.technique import TECHNIQUE as DIFFUSION
+from .generate.technique import TECHNIQUE as GENERATE
 from .head.technique import TECHNIQUE as HEAD
 from .hybrid.technique import TECHNIQUE as HYBRID
 from .layerskip.technique import TECHNIQUE as LAYERSKIP
@@ -20,7 +21,7 @@ from .twomodel.technique import TECHNIQUE as TWOMODEL
 
 # In the order the comparison lists them.
 REGISTRY: Dict[str, Technique] = {
-    t.name: t for t in (LAYERSKIP, TWOMODEL, LOOKUP, SUFFIX, RECYCLE, HEAD, HYBRID, DIFFUSION, CEILING)
+    t.name: t for t in (LAYERSKIP, TWOMODEL, LOOKUP, SUFFIX, RECYCLE, HEAD, HYBRID, GENERATE, DIFFUSION, CEILING)
 }
 
 

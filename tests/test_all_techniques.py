@@ -1,6 +1,6 @@
 """A real Snakemake run of every technique of the registry on tiny models: layer skipping,
 two-model speculation, prompt lookup, suffix drafting, recycled predictions, a draft head (written
-in EAGLE-3's layout), the hybrid, a diffusion adapter and the perfect-draft ceiling, with quality, the question-set check of the lossless rows, and the techniques table."""
+in EAGLE-3's layout), the hybrid, the generate API, a diffusion adapter and the perfect-draft ceiling, with quality, the question-set check of the lossless rows, and the techniques table."""
 
 import json
 
@@ -48,6 +48,12 @@ def run(tmp_path_factory):
             "draft_lengths": [3],
         },
         "hybrid": {"pairs": [{"target": "tiny", "head": "tiny-head"}], "draft_lengths": [3]},
+        "generate": {
+            "models": ["tiny"],
+            "drafters": ["suffix"],
+            "temperatures": [0, 0.7],
+            "drafter_settings": {"suffix": {"num_draft": 4}},
+        },
         "ceiling": {"models": ["tiny"], "draft_lengths": [4]},
         "quality": {"question_set": "stdlib_quiz", "max_tokens": 8, "models": ["tiny"]},
         "diffusion": {"pairs": [{"model": "tiny-diff", "baseline": "tiny"}], "block_lengths": [8], "thresholds": [0.9]},
@@ -111,6 +117,8 @@ def test_lossless_rows_are_checked_on_the_question_set(run):
             "recycled predictions (best)",
             "draft head (best)",
             "hybrid (best)",
+            "generate API (best)",
+            "generate API, temperature 0.7",
         ],
         techniques,
     )
@@ -135,6 +143,8 @@ def test_techniques_table_has_every_technique_with_its_quality_basis(run):
         "recycled predictions (best)",
         "draft head (best)",
         "hybrid (best)",
+        "generate API (best)",
+        "generate API, temperature 0.7",
         "diffusion",
         "perfect-draft ceiling (bound)",
     ]
@@ -245,6 +255,13 @@ def test_every_cell_carries_the_contract(run):
             assert "kind" in cell["draft_source"], path
     pld = json.loads((d / "results/lookup/tiny/ngram3_draft4/rep1.json").read_text())
     assert pld["lossless"] and pld["min_ngram"] == 1 and pld["draft_share"] < 0.5 and pld["rounds"]
+    # The API's greedy cell is checked token for token; its sampled one is not (the same
+    # distribution, not the same tokens); both priced at the suffix cell's cost model.
+    greedy = json.loads((d / "results/generate/tiny/suffix_temp0/rep1.json").read_text())
+    sampled = json.loads((d / "results/generate/tiny/suffix_temp0.7/rep1.json").read_text())
+    suffix = json.loads(next((d / "results/suffix/tiny").rglob("rep1.json")).read_text())
+    assert greedy["lossless_expected"] and greedy["lossless"] and not sampled["lossless_expected"]
+    assert greedy["verify_costs"]["digest"] == sampled["verify_costs"]["digest"] == suffix["verify_costs"]["digest"]
 
 
 def test_every_drafting_cell_priced_its_rounds_at_its_kinds_cost_model(run):

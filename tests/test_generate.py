@@ -22,23 +22,15 @@ from mlx_lm.sample_utils import make_sampler
 from fewerpasses.core.sampling import TokenChoice
 from fewerpasses.generate import DRAFTERS, generate, stream_generate
 from fewerpasses.generate import make_prompt_cache as drafting_cache
+from fewerpasses.generate.check import FLAT
 from fewerpasses.generate.drafters import settings_of
 from fewerpasses.lookup.draft import DraftPolicy
 from fewerpasses.lookup.loop import LookupStream
 from tiny_models import TEXT, write_head, write_model_dir
 
 PROMPT = TEXT[:200]
-# A cost model on which every draft pays (verifying k drafts costs one plain token), so that
-# the tests' rounds draft wherever the drafter offers one; the gate's own choices on measured
-# costs are the pipeline's to test.
-FLAT = {
-    "format": 1,
-    "max_draft": 8,
-    "plain_token_seconds": 1.0,
-    "verify": {str(k): {"seconds": 1.0} for k in range(1, 10)},
-    "draft": {str(k): {"seconds": 0.0} for k in range(1, 9)},
-    "source": "a flat curve (tests)",
-}
+# The flat cost model (every draft pays), so that the tests' rounds draft wherever the
+# drafter offers one; the gate's own choices on measured costs are the pipeline's to test.
 
 
 @pytest.fixture(scope="module")
@@ -297,3 +289,22 @@ def test_the_command_line_generates_as_mlx_lm_and_reports_drafting(tiny):
     assert want in out.stdout
     bad = subprocess.run(cmd[:-2] + ["--drafter-setting", "depth=3"], capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "no setting depth" in bad.stderr
+
+
+def test_suffix_memory_across_calls_is_bounded_in_tokens(tiny):
+    """With memory_tokens, suffix drafting keeps earlier answers to draft from, at most that
+    many tokens of them, the latest kept; without it, none."""
+    from fewerpasses.generate.api import load_drafter
+    from fewerpasses.generate.drafters import AnswerMemory
+
+    path, model, tok, _ = tiny
+    s = {"memory_tokens": 30}
+    for text in (PROMPT, TEXT[200:400], TEXT[400:600]):
+        list(stream_generate(model, tok, text, max_tokens=20, drafter="suffix", drafter_settings=s, costs=FLAT))
+    held = load_drafter(model, "suffix", s, FLAT).memory.held()
+    assert held and sum(map(len, held)) <= 30 and len(held[-1]) == 20
+    assert load_drafter(model, "suffix", None, FLAT).memory.held() == []
+    m = AnswerMemory(5)
+    m.add([1, 2, 3])
+    m.add([4, 5, 6, 7, 8, 9])
+    assert m.held() == [[5, 6, 7, 8, 9]]

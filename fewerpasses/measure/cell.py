@@ -39,11 +39,15 @@ class Candidate:
     tokenizer: the candidate's own tokenizer, where it differs from the target's (a
       diffusion model); its tokens are then checked against the reference only where the
       two share a vocabulary.
+    baseline: what the candidate is timed against, as `stream`; None: mlx-lm's greedy
+      `generate_step` (every technique's baseline; the generate API's cell times mlx-lm's
+      own `stream_generate` instead, sampling as its candidate does).
     """
 
     stream: Callable[..., TokenStream]
     extra: Union[Dict, Callable[[], Dict]] = field(default_factory=dict)
     tokenizer: Optional[Any] = None
+    baseline: Optional[Callable[..., TokenStream]] = None
 
 
 @dataclass
@@ -157,7 +161,7 @@ def run_cell(
     with held_wired_limit() as wired:
         records = paired_runs(
             prompts,
-            lambda prompt, caches: plain_stream(model, prompt, max_tokens, caches),
+            candidate.baseline or (lambda prompt, caches: plain_stream(model, prompt, max_tokens, caches)),
             candidate.stream,
             eos_ids(tokenizer),
             settings["repeats"],
