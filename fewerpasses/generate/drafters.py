@@ -30,10 +30,13 @@ import mlx.nn as nn
 from ..head.draft import HeadDrafter
 from ..head.model import load_head
 from ..head.target import HeadedTarget
-from ..hybrid.draft import HybridDrafter
+from ..head.technique import TECHNIQUE as HEAD
+from ..hybrid.cell import hybrid_index
+from ..hybrid.technique import TECHNIQUE as HYBRID
 from ..lookup.draft import DraftPolicy, NgramIndex
 from ..recycle.draft import RecycleDrafter
 from ..recycle.table import RecyclingTarget
+from ..recycle.technique import TECHNIQUE as RECYCLE
 from ..suffix.draft import SuffixIndex, SuffixSettings
 
 # Each drafter's settings and their defaults (config/schemas/config.schema.yaml's, and the
@@ -171,7 +174,7 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
         top_k, rows = int(s["top_k"]), int(s["rows"])
         runner = RecyclingTarget(model, top_k, rows or None)
         policy = DraftPolicy(num_draft=n, max_ngram=1, min_ngram=1)
-        kind = f"recycle-top{top_k}" + (f"-rows{rows}" if rows else "")
+        kind = RECYCLE.cost_kind({}, {"top_k": top_k, "rows": rows})
         return Drafter(
             name, s, runner, policy, kind, lambda tokens, p, costs: RecycleDrafter(list(tokens)), RecycleDrafter
         )
@@ -187,7 +190,7 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
             s,
             headed,
             policy,
-            f"head-{path.name}",
+            HEAD.cost_kind({"head": path.name}, {}),
             lambda tokens, p, costs: HeadDrafter(headed, tokens, min_prob),
             lambda tokens: HeadDrafter(headed, tokens, min_prob=0.0),
         )
@@ -195,16 +198,13 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
     runner = RecyclingTarget(headed, top_k)
     policy = DraftPolicy(num_draft=n, max_ngram=2, min_ngram=2)
     drafter = Drafter(
-        name, s, runner, policy, f"hybrid-{path.name}-top{top_k}", None, lambda tokens: HeadDrafter(headed, tokens, 0.0)
+        name,
+        s,
+        runner,
+        policy,
+        HYBRID.cost_kind({"head": path.name}, {"top_k": top_k}),
+        None,
+        lambda tokens: HeadDrafter(headed, tokens, 0.0),
     )
-
-    def hybrid_index(tokens, p, costs):
-        unit = costs.plain_token
-        verify = [costs.verify[k + 1] / unit for k in range(p.num_draft + 1)]
-        head_cost = [0.0] + [costs.draft.get(k, 0.0) / unit for k in range(1, p.num_draft + 1)]
-        return HybridDrafter(
-            tokens, p, SuffixSettings(), HeadDrafter(headed, tokens, min_prob), verify, head_cost, drafter.chosen
-        )
-
-    drafter.index = hybrid_index
+    drafter.index = lambda tokens, p, costs: hybrid_index(runner, p, costs, min_prob, drafter.chosen)(tokens)
     return drafter

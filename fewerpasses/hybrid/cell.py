@@ -31,18 +31,27 @@ def hybrid_model(model, head_path, top_k: int) -> RecyclingTarget:
     return RecyclingTarget(HeadedTarget(model, head), top_k)
 
 
-def hybrid_stream(runner: RecyclingTarget, max_tokens: int, policy: DraftPolicy, costs: DecodeCosts, min_prob, chosen):
+def hybrid_index(runner: RecyclingTarget, policy: DraftPolicy, costs: DecodeCosts, min_prob, chosen):
+    """`tokens -> HybridDrafter` over the runner's head, pricing each source's rounds at `costs`
+    in plain tokens (its verify passes, and the head's drafting); `chosen` counts the rounds
+    each source won."""
     unit = costs.plain_token
     verify = [costs.verify[k + 1] / unit for k in range(policy.num_draft + 1)]
     head_cost = [0.0] + [costs.draft.get(k, 0.0) / unit for k in range(1, policy.num_draft + 1)]
     headed = runner.target
 
-    def stream(prompt, caches=None):
-        def index(tokens, _):
-            head = HeadDrafter(headed, tokens, min_prob)
-            return HybridDrafter(tokens, policy, SuffixSettings(), head, verify, head_cost, chosen)
+    def index(tokens):
+        head = HeadDrafter(headed, tokens, min_prob)
+        return HybridDrafter(tokens, policy, SuffixSettings(), head, verify, head_cost, chosen)
 
-        return lookup_stream(runner, prompt, max_tokens, policy, caches, index=index)
+    return index
+
+
+def hybrid_stream(runner: RecyclingTarget, max_tokens: int, policy: DraftPolicy, costs: DecodeCosts, min_prob, chosen):
+    index = hybrid_index(runner, policy, costs, min_prob, chosen)
+
+    def stream(prompt, caches=None):
+        return lookup_stream(runner, prompt, max_tokens, policy, caches, index=lambda tokens, _: index(tokens))
 
     return stream
 
