@@ -290,6 +290,34 @@ def test_a_run_is_valid_only_with_its_aa_inside_its_bound_no_drift_and_probes_th
     assert not drift.valid and "beyond ±10%" in drift.line() and drift.to_dict()["valid"] is False
 
 
+def _probe(value, width=0.05, file=(1.30, 1.25, 1.35)):
+    """An end probe of one pass (k=2) at `value` plain tokens against a file's figure."""
+    agrees = value - width <= file[2] and file[1] <= value + width
+    row = {"plain_tokens": value, "plain_tokens_ci": [value - width, value + width],
+           "file_plain_tokens": file[0], "file_plain_tokens_ci": list(file[1:])}  # fmt: skip
+    return {"agrees": agrees, "verify": {"2": row}}
+
+
+def test_end_probes_void_a_run_where_they_move_together_not_where_one_strays():
+    aa = {**_cell(1, [1.0] * 4, "aa", "plain"), "cost_drift": None}
+    cells = []
+    for i, value in enumerate([1.31, 1.29, 1.60]):
+        c = _cell(i + 1, [1.2] * 4, f"c{i}")
+        c["cost_drift"], c["verify_costs"] = _probe(value), {"source": "results/costs/m/plain.json"}
+        cells.append(c)
+    # One probe of three caught a slow moment: counted, and the run stays valid.
+    v = run_verdict([aa] + cells)
+    assert v.valid and "1 of 3 single probes off their file" in v.line()
+    # Two of three moved the same way: the typical probe misses the file's interval.
+    cells[1]["cost_drift"] = _probe(1.55)
+    v = run_verdict([aa] + cells)
+    assert not v.valid and "plain.json k=2: probes 1.55 [1.50, 1.60]" in v.line()
+    # Probes of another file are read apart: a second file's probes do not hide this one's.
+    other = _cell(1, [1.2] * 4, "d")
+    other["cost_drift"], other["verify_costs"] = _probe(1.30), {"source": "results/costs/m/head.json"}
+    assert "with 1 of 2 cost models" in run_verdict([aa, other] + cells).line()
+
+
 def test_the_linux_state_gives_steal_and_load_over_a_span():
     start = linux_state("cpu  100 0 50 800 10 0 0 40 0 0\ncpu0 1 2\n", "0.50 0.40 0.30 1/100 5\n")
     end = linux_state("cpu  200 0 100 1500 10 0 0 140 0 0\n", "1.50 0.60 0.30 1/100 5\n")
