@@ -10,7 +10,7 @@ tokens; `first_kept` is the share of rounds whose first drafted token was kept.
 """
 
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from ..lookup.cell import costs_of, gated, run_drafting_cell
 from ..lookup.draft import DraftPolicy
@@ -18,6 +18,8 @@ from ..lookup.loop import lookup_stream
 from ..measure.cell import Loads
 from ..core.stats import first_kept
 from ..measure.cost_model import CostTarget
+from ..measure.costs import DecodeCosts
+from .confidence import Calibration, HeadGate, load_calibration
 from .draft import HeadDrafter
 from .model import load_head
 from .target import HeadedTarget
@@ -28,14 +30,29 @@ def _policy(num_draft: int) -> DraftPolicy:
     return DraftPolicy(num_draft=num_draft, max_ngram=1, min_ngram=1)
 
 
-def head_stream(headed: HeadedTarget, max_tokens: int, policy: DraftPolicy, min_prob: float):
-    """`prompt -> TokenStream`: the loop over the headed target, drafting with its head."""
+def head_stream(
+    headed: HeadedTarget, max_tokens: int, policy: DraftPolicy, min_prob: float, gate: Optional[HeadGate] = None
+):
+    """`prompt -> TokenStream`: the loop over the headed target, drafting with its head; with
+    a `gate`, one for every prompt, the head's calibrated confidence sizes each round."""
 
     def stream(prompt, caches=None):
-        index = lambda tokens, _: HeadDrafter(headed, tokens, min_prob)  # noqa: E731
+        index = lambda tokens, _: HeadDrafter(headed, tokens, min_prob, gate)  # noqa: E731
         return lookup_stream(headed, prompt, max_tokens, policy, caches, index=index)
 
     return stream
+
+
+def head_gate(calibration: Optional[Calibration], costs: DecodeCosts, num_draft: int) -> Optional[HeadGate]:
+    """The cell's confidence gate: its head's calibration priced at the cost model's passes
+    (verify, the head's drafting and leaving the pipeline, in plain tokens); None without a
+    calibration."""
+    if calibration is None:
+        return None
+    unit = costs.plain_token
+    verify = [costs.verify[k + 1] / unit for k in range(num_draft + 1)]
+    draft = [0.0] + [costs.draft.get(k, 0.0) / unit for k in range(1, num_draft + 1)]
+    return HeadGate(calibration, verify, draft, costs.restart / unit)
 
 
 def drafter_of(headed: HeadedTarget):
@@ -102,6 +119,9 @@ def head_cell(
         "replicate": replicate,
     }
     state: Dict = {}
+    # The head's calibration, where it ships one: with the cost gate, its confidence sizes rounds.
+    calibration = load_calibration(head_path) if cost_gate else None
+    settings["confidence"] = "calibrated" if calibration is not None else None
 
     def runs_on(model):
         head = load_head(head_path, dtype=model.model.norm.weight.dtype)
@@ -110,7 +130,8 @@ def head_cell(
 
     def make_stream(headed, costs):
         run = gated(policy, costs) if cost_gate else policy
-        return head_stream(headed, max_tokens, run, min_prob)
+        state["gate"] = head_gate(calibration, costs, num_draft)
+        return head_stream(headed, max_tokens, run, min_prob, state["gate"])
 
     result = run_drafting_cell(
         model_path,
@@ -136,6 +157,8 @@ def head_cell(
         "parameters": int(sum(v.size for k, v in _flat(headed.head) if k != "d2t")),
     }
     result["first_kept"] = first_kept(result["rounds"])
+    if state.get("gate") is not None:
+        result["confidence_gate"] = state["gate"].record()
     return result
 
 
@@ -148,7 +171,10 @@ def _flat(module):
 def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
     """The candidate a finished cell ran, as `prompt -> TokenStream`, for other prompts."""
     head = load_head(cell["head_model"]["path"], dtype=model.model.norm.weight.dtype)
-    policy = _policy(cell["num_draft"])
+    policy, gate = _policy(cell["num_draft"]), None
     if cell.get("cost_gate"):
-        policy = gated(policy, costs_of(cell["verify_costs"]))
-    return head_stream(HeadedTarget(model, head), max_tokens, policy, cell["min_prob"])
+        costs = costs_of(cell["verify_costs"])
+        policy = gated(policy, costs)
+        if cell.get("confidence") == "calibrated":
+            gate = head_gate(load_calibration(cell["head_model"]["path"]), costs, cell["num_draft"])
+    return head_stream(HeadedTarget(model, head), max_tokens, policy, cell["min_prob"], gate)

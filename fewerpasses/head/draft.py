@@ -3,27 +3,39 @@
 The loop runs the headed target (head/target.py), so after every pass the head's cache holds
 the verified positions and the feature of the last one waits in it. A draft starts there: the
 head's step on that feature and the last emitted token gives the first drafted token and the
-next feature, and so on up to the round's limit. A draft stops early where the head's own
-probability of its token falls below `min_prob` (a refused long draft costs a long verify).
-Its own steps are then dropped from the head's cache: the verify pass refills those
-positions from the target's real features.
+next feature, and so on up to the round's limit. The chain is built as one graph and read
+once (one host sync a round, not one a drafted token); its own steps are then dropped from
+the head's cache, since the verify pass refills those positions from the target's features.
+
+Without a calibration a draft stops where the head's own probability of a token falls below
+`min_prob`, and the loop's cost gate sizes rounds from recent acceptance. With one (a
+`HeadGate`, head/confidence.py) the head prices its own rounds (`gated_length`, the loop's
+hook): it looks only where looking is expected to pay, runs its first step and reads its
+probability, stops there where even its best followers could not pay, and else drafts the
+length its calibrated per-token chances make worth most, which may be none.
 """
 
-from typing import List
+from typing import List, Optional, Tuple
 
 import mlx.core as mx
 
+from .confidence import HeadGate, best_length
 from .target import HeadCache, HeadedTarget
 
 
 class HeadDrafter:
     """The loop's draft index for a head: the last emitted token, and the head's cache."""
 
-    def __init__(self, headed: HeadedTarget, tokens: List[int], min_prob: float = 0.0):
+    def __init__(self, headed: HeadedTarget, tokens: List[int], min_prob: float = 0.0, gate: Optional[HeadGate] = None):
         self.headed, self.head = headed, headed.head
         self.last = int(tokens[-1])
+        self.history = len(tokens)
         self.min_prob = min_prob
+        self.gate = gate
         self.cache: HeadCache = None
+        self._draft: Optional[List[int]] = None  # the gate's chosen draft for this history
+        if gate is not None:
+            self.gated_length = self._gated_length
 
     def bind(self, cache: List) -> None:
         """The loop's cache (the target's, then the head's): the head drafts from its part."""
@@ -34,29 +46,84 @@ class HeadDrafter:
 
     def append(self, token: int) -> None:
         self.last = int(token)
+        self.history += 1
+        self._draft = None
+        if self.gate is not None:
+            self.gate.emitted()
 
     def may_draft(self) -> bool:
         """A head can always draft: whether it should is the cost gate's to say."""
         return True
 
+    def _ready(self) -> bool:
+        """Whether the last emitted token is the one the next head step reads: the cache holds
+        every position before it (a step queued on it would already hold it too)."""
+        c = self.cache
+        return c is not None and c.pending is not None and c.fed == self.history - 1
+
+    def _chain(self, limit: int, first: Optional[Tuple] = None) -> Tuple[List[int], List[float]]:
+        """Up to `limit` drafted tokens and the head's probability of each, built as one graph
+        and read once; `first` continues from a step already read (its token, probability and
+        next feature). The steps stay in the head's cache: the caller drops them."""
+        c = self.cache
+        if first is None:
+            feature, token, toks, probs = c.pending, mx.array(self.last), [], []
+        else:
+            token, p, feature = first
+            toks, probs = [token], [p]
+        for _ in range(limit - len(toks)):
+            logits, feature = self.head(self.headed.embed(token.reshape(1, 1)), feature, cache=c)
+            row = logits[0, -1]
+            best = mx.argmax(row)
+            probs.append(mx.softmax(row, precise=True)[best])
+            token = self.head.to_target(best)
+            toks.append(token)
+        if not toks:
+            return [], []
+        out = mx.stack([mx.stack(toks).astype(mx.float32), mx.stack(probs).astype(mx.float32)]).tolist()
+        return [int(t) for t in out[0]], out[1]
+
     def continuation(self, limit: int) -> List[int]:
+        if self._draft is not None:  # the gate's choice for this history
+            draft, self._draft = self._draft[:limit], None
+            return draft
         c = self.cache
         if limit <= 0 or c is None or c.pending is None:
             return []
-        pending = c.pending
-        feature, token, out = pending, self.last, []
-        for _ in range(limit):
-            logits, feature = self.head(self.headed.embed(mx.array([[token]])), feature, cache=c)
-            row = logits[0, -1]
-            best = mx.argmax(row)
-            token = self.head.to_target(best)
-            if self.min_prob > 0:
-                p = mx.softmax(row, precise=True)[best]
-                token, p = int(token.item()), p.item()
-            else:
-                token, p = int(token.item()), 1.0
-            out.append(token)
-            if p < self.min_prob:
-                break
-        c.drop(len(out))
-        return out
+        toks, probs = self._chain(limit)
+        c.drop(len(toks))
+        if self.min_prob > 0:
+            below = next((i for i, p in enumerate(probs) if p < self.min_prob), None)
+            if below is not None:
+                toks = toks[: below + 1]  # the first token below the floor is still proposed
+        return toks
+
+    def _gated_length(self, limit: int, overhead: float = 0.0) -> int:
+        """The loop's gate (see the module's docstring); the draft it sizes waits for
+        `continuation`."""
+        gate = self.gate
+        self._draft = None
+        if limit <= 0 or self.cache is None or self.cache.pending is None:
+            return 0
+        if not self._ready():
+            # The token the head needs is still being computed: look only where looking pays,
+            # leaving the pipeline; the round is sized again once it is read.
+            return limit if gate.worth_looking(overhead) else 0
+        if not gate.worth_looking(0.0):
+            return 0
+        c = self.cache
+        logits, feature = self.head(self.headed.embed(mx.array([[self.last]])), c.pending, cache=c)
+        row = logits[0, -1]
+        best = mx.argmax(row)
+        p, token = mx.softmax(row, precise=True)[best], self.head.to_target(best)
+        p1 = p.item()
+        if not gate.first_pays(p1, limit):
+            c.drop(1)
+            gate.looked(0.0, False)
+            return 0
+        toks, probs = self._chain(limit, (token, p, feature))
+        c.drop(len(toks))
+        k, gain = best_length(gate.chances(probs), gate.verify_cost, overhead)
+        gate.looked(gain, k > 0)
+        self._draft = toks[:k] if k else None
+        return k

@@ -42,6 +42,8 @@ def inputs(wildcards, config: Dict) -> Dict:
 
 def label(cell: Dict) -> str:
     gate = ", cost-gated" if cell.get("cost_gate") else ""
+    if cell.get("confidence") == "calibrated":
+        return f"{cell['head']}, k<={cell['num_draft']}{gate}, calibrated confidence"
     return f"{cell['head']}, k<={cell['num_draft']}{gate}, stop below p={cell['min_prob']:g}"
 
 

@@ -1,0 +1,166 @@
+"""A draft head's calibrated confidence (fewerpasses/head/confidence.py) and the head's drafting
+with it: one host read a chain, rounds sized by the head's own probability, empty drafts
+where nothing pays, every token still plain decoding's."""
+
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from fewerpasses.core.models import load
+from fewerpasses.head.cell import head_gate, head_stream
+from fewerpasses.head.confidence import Calibration, HeadGate, best_length, count_bins, load_calibration
+from fewerpasses.head.draft import HeadDrafter
+from fewerpasses.head.target import HeadedTarget
+from fewerpasses.lookup.draft import DraftPolicy
+from fewerpasses.measure.costs import DecodeCosts
+from fewerpasses.measure.streams import plain_stream, timed_generation
+from test_head import random_head
+from tiny_models import write_model_dir
+
+EDGES = (0.0, 0.5, 1.0)
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    path = write_model_dir(tmp_path_factory.mktemp("target"), layers=6, seed=3)
+    model, _ = load(str(path))
+    return model
+
+
+def flat(rate: float, n: int = 1000, positions: int = 4) -> Calibration:
+    """Every position and bin keeping `rate` of n held-out drafts."""
+    kept = tuple(tuple([rate * n] * 2) for _ in range(positions))
+    return Calibration(EDGES, kept, tuple(tuple([float(n)] * 2) for _ in range(positions)))
+
+
+# A flat-ish verify curve (k drafts: 1 + 0.1 k plain tokens), a cheap head, no restart.
+VERIFY = [1.0, 1.1, 1.2, 1.3, 1.4]
+DRAFT = [0.0, 0.02, 0.04, 0.06, 0.08]
+
+
+def test_bins_count_held_out_drafts_and_lean_on_the_position_where_few():
+    samples = [(0, 0.9, True)] * 90 + [(0, 0.9, False)] * 10 + [(0, 0.2, False)] * 100 + [(1, 0.7, True)] * 4
+    cal = count_bins(samples, EDGES, 2)
+    assert cal.seen[0] == (100.0, 100.0) and cal.kept[0] == (0.0, 90.0)
+    assert cal.chance(0, 0.95) == pytest.approx((90 + 4 * cal.position_rate(0)) / 104)
+    assert cal.chance(0, 0.1) < 0.05 < 0.8 < cal.chance(0, 0.99)
+    # Past the calibrated positions: the last one's bins.
+    assert cal.chance(7, 0.7) == cal.chance(1, 0.7)
+    assert Calibration.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal
+    with pytest.raises(ValueError, match="format"):
+        Calibration.from_dict({**cal.to_dict(), "format": 0})
+    with pytest.raises(ValueError, match="ascend"):
+        Calibration((0.5, 0.1), ((1.0,),), ((1.0,),))
+
+
+def test_a_bad_calibration_file_names_itself(tmp_path):
+    assert load_calibration(tmp_path) is None
+    (tmp_path / "calibration.json").write_text('{"format": 1, "edges": [0, 1]}')
+    with pytest.raises(ValueError, match="calibration.json"):
+        load_calibration(tmp_path)
+
+
+def test_the_best_length_weighs_each_tokens_own_chance():
+    # Sure first tokens, then a coin flip, then hopeless: draft two, not four.
+    k, gain = best_length([0.99, 0.5, 0.01, 0.01], VERIFY)
+    assert k == 2 and gain == pytest.approx(1 + 0.99 + 0.99 * 0.5 - 1.2)
+    assert best_length([0.05] * 4, VERIFY) == (0, 0.0)
+
+
+def test_the_gate_looks_only_where_the_calibration_says_looking_pays():
+    assert HeadGate(flat(0.9), VERIFY, DRAFT, 0.1).worth_looking(0.1)
+    poor = HeadGate(flat(0.02), VERIFY, DRAFT, 0.1)
+    assert poor.prior == 0.0 and not poor.worth_looking(0.0)
+    # Evidence moves the value, and fades back toward the calibration's prior.
+    gate = HeadGate(flat(0.5), VERIFY, DRAFT, 0.1)
+    before = gate.value
+    for _ in range(20):
+        gate.looked(0.0, False)
+    assert gate.value < before / 3
+    gate.emitted(500)
+    assert gate.value == pytest.approx(before, rel=0.05)
+
+
+def _old_continuation(headed, cache, last, limit):
+    """The head's chain one token at a time, each read on its own (how drafting used to run)."""
+    c = cache[-1]
+    feature, token, out = c.pending, last, []
+    for _ in range(limit):
+        logits, feature = headed.head(headed.embed(mx.array([[token]])), feature, cache=c)
+        token = int(headed.head.to_target(mx.argmax(logits[0, -1])).item())
+        out.append(token)
+    c.drop(len(out))
+    return out
+
+
+def test_the_chain_read_once_is_the_chain_read_token_by_token(target):
+    headed = HeadedTarget(target, random_head(target, seed=2))
+    prompt = [5, 9, 14, 3, 7, 11]
+    cache = headed.make_cache()
+    headed(mx.array([prompt[:-1]]), cache=cache)
+    d = HeadDrafter(headed, prompt)
+    d.bind(cache)
+    offset = cache[-1].offset
+    want = _old_continuation(headed, cache, prompt[-1], 4)
+    assert cache[-1].offset == offset
+    assert d.continuation(4) == want and cache[-1].offset == offset
+
+
+@pytest.mark.parametrize("rate", [0.999, 0.001])
+def test_confidence_gated_drafting_keeps_plain_tokens_and_drafts_only_where_it_pays(target, rate):
+    headed = HeadedTarget(target, random_head(target, seed=1))
+    costs = DecodeCosts(
+        {k: 0.01 * (1 + 0.1 * (k - 1)) for k in range(1, 6)}, 0.01, draft={k: 0.0002 * k for k in range(1, 5)}
+    )
+    gate = head_gate(flat(rate), costs, 4)
+    policy = DraftPolicy(num_draft=4, max_ngram=1, min_ngram=1, verify_cost=tuple(VERIFY), restart_cost=0.0)
+    stream = head_stream(headed, 20, policy, 0.0, gate)
+    drafted = 0
+    for prompt in ([5, 9, 14, 3], list(range(40, 80))):
+        p = mx.array(prompt, dtype=mx.uint32)
+        want = timed_generation(lambda: plain_stream(target, p, 20), len(prompt)).tokens
+        got = timed_generation(lambda: stream(p), len(prompt))
+        assert got.tokens == want
+        drafted += got.drafted
+    # One gate for the cell: it saw both prompts' rounds.
+    if rate > 0.5:
+        assert drafted > 0 and gate.looks > 0 and gate.drafts > 0
+    else:
+        # A head whose calibration says its drafts are never kept never drafts, nor looks.
+        assert drafted == 0 and gate.looks == 0
+
+
+def test_the_head_cell_uses_a_shipped_calibration(tmp_path, target):
+    from fewerpasses.head.cell import head_gate as gate_of
+
+    (tmp_path / "calibration.json").write_text(json.dumps(flat(0.6).to_dict()))
+    cal = load_calibration(tmp_path)
+    costs = DecodeCosts({1: 0.012, 2: 0.013, 3: 0.014}, 0.01, draft={1: 0.001, 2: 0.002})
+    gate = gate_of(cal, costs, 2)
+    assert gate.verify_cost == pytest.approx([1.2, 1.3, 1.4]) and gate.draft_cost == pytest.approx([0, 0.1, 0.2])
+    assert gate.restart == pytest.approx(0.2) and gate_of(None, costs, 2) is None
+    assert np.isfinite(gate.prior)
+
+
+def test_the_heads_own_probability_decides_each_round(target):
+    """A calibration that keeps only confident tokens: a random head is never confident, so it
+    looks (the calibration's prior says looking pays), reads its probability, and declines;
+    the mirror calibration drafts on the same probabilities."""
+    headed = HeadedTarget(target, random_head(target, seed=1))
+    costs = DecodeCosts(
+        {k: 0.01 * (1 + 0.1 * (k - 1)) for k in range(1, 6)}, 0.01, draft={k: 0.0002 * k for k in range(1, 5)}
+    )
+    policy = DraftPolicy(num_draft=4, max_ngram=1, min_ngram=1, verify_cost=tuple(VERIFY), restart_cost=0.0)
+    p = mx.array(list(range(40, 80)), dtype=mx.uint32)
+    n = 1000.0
+    confident = Calibration(EDGES, ((0.0, n),) * 4, ((n, n),) * 4)
+    doubtful = Calibration(EDGES, ((n, 0.0),) * 4, ((n, n),) * 4)
+    runs = {}
+    for name, cal in (("confident", confident), ("doubtful", doubtful)):
+        gate = head_gate(cal, costs, 4)
+        got = timed_generation(lambda: head_stream(headed, 20, policy, 0.0, gate)(p), 40)
+        runs[name] = (got.drafted, gate.looks, gate.drafts)
+    assert runs["confident"][0] == 0 and runs["confident"][1] > 0 and runs["confident"][2] == 0
+    assert runs["doubtful"][0] > 0 and runs["doubtful"][2] > 0
