@@ -35,8 +35,11 @@ def runner_of(model):
 class Fixed:
     """A source that always offers the same draft."""
 
-    def __init__(self, draft):
-        self.draft, self.calls = draft, 0
+    def __init__(self, draft, match=0):
+        self.draft, self.calls, self.match = draft, 0, match
+
+    def match_length(self):
+        return self.match
 
     def append(self, token):
         pass
@@ -63,7 +66,7 @@ def test_the_kept_prefix_is_read_off_the_appended_tokens():
         d.append(t)
     assert d.rates["recycle"].kept == pytest.approx((before * 0.97 + 1) * 0.97, rel=1e-6)
     assert d.rates["recycle"].refused == pytest.approx(0.97, rel=1e-6)
-    assert d._proposal is None
+    assert d._live == [] and d.scored == {"recycle": [1, 1]}
 
 
 def test_the_head_runs_only_where_it_could_win():
@@ -97,9 +100,9 @@ def test_the_hybrid_owns_the_gate_pricing_each_source_at_its_own_cost():
     d, chosen = drafter([9, 9, 9, 9], verify=(1.0, 1.2, 1.4, 1.6, 1.8), head_cost=(0, 0.5, 1.0, 1.5, 2.0))
     d.sources["recycle"] = Fixed([7, 8, 7, 8])
     k = d.gated_length(4)
-    assert k > 0 and d._plan == "recycle"
+    assert k > 0 and d._plan[0] == "recycle"
     assert d.continuation(k) == [7, 8, 7, 8][:k] and d.sources["head"].calls == 0
-    for name in d.rates:
+    for name in ("recycle", "head"):  # the suffix offers nothing
         d.rates[name].refused = 50.0  # every source refused: a plain step beats them all
     d.append(7)
     assert d.gated_length(4) == 0 and d.continuation(0) == []
@@ -111,5 +114,61 @@ def test_the_gate_takes_the_head_where_only_it_is_worth_its_cost():
     d.sources["recycle"] = Fixed([])
     d.rates["head"].kept = 50.0
     k = d.gated_length(4)
-    assert k == 4 and d._plan == "head"
+    assert k == 4 and d._plan[0] == "head"
     assert d.continuation(k) == [9, 9, 9] and chosen == {"head": 1}
+
+
+def test_every_source_is_scored_against_what_the_loop_emits_chosen_or_not():
+    d, chosen = drafter([9, 9, 9], verify=(1.0, 1.1, 1.2, 1.3, 1.4), head_cost=(0, 0.1, 0.2, 0.3, 0.4))
+    d.sources["suffix"] = Fixed([7, 8, 6], match=3)
+    d.rates["head"].kept = 50.0
+    d.rates["recycle"].refused = 50.0
+    k = d.gated_length(4)
+    name = d._plan[0]
+    d.continuation(k)
+    # Whichever won, the target emits 7, 8, then 1: the suffix's and the recycled drafts kept
+    # two tokens each, the head's none, and each source's estimate learns it.
+    recycle_kept = d.rates["recycle"].kept
+    for t in (7, 8, 1):
+        d.append(t)
+    assert chosen == {name: 1}
+    assert d.scored["suffix"] == [1, 2] and d.scored["recycle"] == [1, 2]
+    assert d.rates["recycle"].kept > recycle_kept * 0.97**3
+    assert (
+        d.rates["suffix"].kept[3] == pytest.approx(0.97**1 * 0.99**0 + 0.0, abs=1) and d.rates["suffix"].refused[5] > 0
+    )
+    if name == "head":
+        assert d.scored["head"] == [1, 0]
+
+
+def test_the_suffix_tries_estimate_follows_its_match_length():
+    short, _ = drafter([])
+    long, _ = drafter([])
+    short.sources["suffix"] = Fixed([7, 8, 7, 8], match=1)
+    long.sources["suffix"] = Fixed([7, 8, 7, 8], match=12)
+    for d in (short, long):
+        d.rates["recycle"].refused = d.rates["head"].refused = 50.0
+    o_short, o_long = short.options(4)["suffix"], long.options(4)["suffix"]
+    assert o_long[1] > o_short[1] and o_long[0] >= o_short[0]
+
+
+@pytest.mark.parametrize("rate", [0.999, 0.001])
+def test_a_calibrated_head_in_the_hybrid_keeps_plain_tokens_and_looks_only_where_it_could_win(target, rate):
+    from fewerpasses.head.cell import head_gate
+    from fewerpasses.head.confidence import Calibration
+
+    n = 1000.0
+    cal = Calibration((0.0, 0.5, 1.0), ((rate * n, rate * n),) * 4, ((n, n),) * 4)
+    runner = runner_of(target)
+    costs = DecodeCosts({k: 0.01 * (1 + 0.1 * k) for k in range(1, 6)}, 0.01, {}, {k: 0.0002 * k for k in range(1, 5)})
+    gate = head_gate(cal, costs, 4)
+    chosen, scored = {}, {}
+    stream = hybrid_stream(runner, 24, DraftPolicy(4, 2, 2), costs, 0.0, chosen, gate, scored)
+    for prompt in ([5, 9, 14, 3, 5, 9, 14], list(range(40, 80))):
+        p = mx.array(prompt, dtype=mx.uint32)
+        want = timed_generation(lambda: plain_stream(target, p, 24), len(prompt)).tokens
+        assert timed_generation(lambda: stream(p), len(prompt)).tokens == want
+    if rate > 0.5:  # a head sure of itself wins rounds, and its drafts are scored
+        assert gate.looks > 0 and chosen.get("head", 0) > 0 and scored["head"][0] > 0
+    else:  # a head whose drafts are never kept is never looked at
+        assert gate.looks == 0 and "head" not in chosen

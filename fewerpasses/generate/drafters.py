@@ -31,6 +31,8 @@ from ..head.draft import HeadDrafter
 from ..head.model import load_head
 from ..head.target import HeadedTarget
 from ..head.technique import TECHNIQUE as HEAD
+from ..head.cell import head_gate
+from ..head.confidence import load_calibration
 from ..hybrid.cell import hybrid_index
 from ..hybrid.technique import TECHNIQUE as HYBRID
 from ..lookup.draft import DraftPolicy, NgramIndex
@@ -183,6 +185,7 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
     head = load_head(path, dtype=_dtype(model))
     headed = HeadedTarget(model, head)
     min_prob = float(s["min_prob"])
+    gate = _gates(load_calibration(path), n)
     if name == "head":
         policy = DraftPolicy(num_draft=n, max_ngram=1, min_ngram=1)
         return Drafter(
@@ -191,7 +194,7 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
             headed,
             policy,
             HEAD.cost_kind({"head": path.name}, {}),
-            lambda tokens, p, costs: HeadDrafter(headed, tokens, min_prob),
+            lambda tokens, p, costs: HeadDrafter(headed, tokens, min_prob, gate(costs)),
             lambda tokens: HeadDrafter(headed, tokens, min_prob=0.0),
         )
     top_k = int(s["top_k"])
@@ -206,5 +209,23 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
         None,
         lambda tokens: HeadDrafter(headed, tokens, 0.0),
     )
-    drafter.index = lambda tokens, p, costs: hybrid_index(runner, p, costs, min_prob, drafter.chosen)(tokens)
+    drafter.index = lambda tokens, p, costs: hybrid_index(runner, p, costs, min_prob, drafter.chosen, gate(costs))(
+        tokens
+    )
     return drafter
+
+
+def _gates(calibration, num_draft: int):
+    """`costs -> HeadGate or None`: a head's confidence gate (head/confidence.py) for the cost
+    model a generation prices at, one for as long as that model is the drafter's (so it
+    carries across requests); None without a calibration, or without costs."""
+    held: dict = {}
+
+    def gate(costs):
+        if calibration is None or costs is None:
+            return None
+        if held.get("costs") is not costs:
+            held.update(costs=costs, gate=head_gate(calibration, costs, num_draft))
+        return held["gate"]
+
+    return gate

@@ -34,6 +34,8 @@ class HeadDrafter:
         self.gate = gate
         self.cache: HeadCache = None
         self._draft: Optional[List[int]] = None  # the gate's chosen draft for this history
+        # The last look's length and expected tokens per unit of cost (1.0: no draft).
+        self.offer: Tuple[int, float] = (0, 1.0)
         if gate is not None:
             self.gated_length = self._gated_length
 
@@ -55,7 +57,7 @@ class HeadDrafter:
         """A head can always draft: whether it should is the cost gate's to say."""
         return True
 
-    def _ready(self) -> bool:
+    def ready(self) -> bool:
         """Whether the last emitted token is the one the next head step reads: the cache holds
         every position before it (a step queued on it would already hold it too)."""
         c = self.cache
@@ -83,6 +85,10 @@ class HeadDrafter:
         out = mx.stack([mx.stack(toks).astype(mx.float32), mx.stack(probs).astype(mx.float32)]).tolist()
         return [int(t) for t in out[0]], out[1]
 
+    def peek(self) -> List[int]:
+        """The draft the gate chose for this history, without taking it ([] for none)."""
+        return list(self._draft or [])
+
     def continuation(self, limit: int) -> List[int]:
         if self._draft is not None:  # the gate's choice for this history
             draft, self._draft = self._draft[:limit], None
@@ -102,10 +108,10 @@ class HeadDrafter:
         """The loop's gate (see the module's docstring); the draft it sizes waits for
         `continuation`."""
         gate = self.gate
-        self._draft = None
+        self._draft, self.offer = None, (0, 1.0)
         if limit <= 0 or self.cache is None or self.cache.pending is None:
             return 0
-        if not self._ready():
+        if not self.ready():
             # The token the head needs is still being computed: look only where looking pays,
             # leaving the pipeline; the round is sized again once it is read.
             return limit if gate.worth_looking(overhead) else 0
@@ -126,4 +132,6 @@ class HeadDrafter:
         k, gain = best_length(gate.chances(probs), gate.verify_cost, overhead)
         gate.looked(gain, k > 0)
         self._draft = toks[:k] if k else None
+        if k:
+            self.offer = (k, 1.0 + gain / (gate.verify_cost[k] + overhead))
         return k

@@ -5,9 +5,11 @@ the head and the table attached; the verify curve is measured on it, the head's 
 beside it. The cell records how many rounds each source won (`chosen`)."""
 
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from ..core.stats import first_kept
+from ..head.cell import head_gate
+from ..head.confidence import HeadGate, load_calibration
 from ..head.draft import HeadDrafter
 from ..head.model import load_head
 from ..head.target import HeadedTarget
@@ -31,24 +33,42 @@ def hybrid_model(model, head_path, top_k: int) -> RecyclingTarget:
     return RecyclingTarget(HeadedTarget(model, head), top_k)
 
 
-def hybrid_index(runner: RecyclingTarget, policy: DraftPolicy, costs: DecodeCosts, min_prob, chosen):
+def hybrid_index(
+    runner: RecyclingTarget,
+    policy: DraftPolicy,
+    costs: DecodeCosts,
+    min_prob,
+    chosen,
+    gate: Optional[HeadGate] = None,
+    scored: Optional[Dict] = None,
+):
     """`tokens -> HybridDrafter` over the runner's head, pricing each source's rounds at `costs`
     in plain tokens (its verify passes, and the head's drafting); `chosen` counts the rounds
-    each source won."""
+    each source won, `scored` each source's drafts scored and their tokens kept; `gate`, the
+    head's calibrated confidence (head/confidence.py), one for every prompt."""
     unit = costs.plain_token
     verify = [costs.verify[k + 1] / unit for k in range(policy.num_draft + 1)]
     head_cost = [0.0] + [costs.draft.get(k, 0.0) / unit for k in range(1, policy.num_draft + 1)]
     headed = runner.target
 
     def index(tokens):
-        head = HeadDrafter(headed, tokens, min_prob)
-        return HybridDrafter(tokens, policy, SuffixSettings(), head, verify, head_cost, chosen)
+        head = HeadDrafter(headed, tokens, min_prob, gate)
+        return HybridDrafter(tokens, policy, SuffixSettings(), head, verify, head_cost, chosen, scored)
 
     return index
 
 
-def hybrid_stream(runner: RecyclingTarget, max_tokens: int, policy: DraftPolicy, costs: DecodeCosts, min_prob, chosen):
-    index = hybrid_index(runner, policy, costs, min_prob, chosen)
+def hybrid_stream(
+    runner: RecyclingTarget,
+    max_tokens: int,
+    policy: DraftPolicy,
+    costs: DecodeCosts,
+    min_prob,
+    chosen,
+    gate: Optional[HeadGate] = None,
+    scored: Optional[Dict] = None,
+):
+    index = hybrid_index(runner, policy, costs, min_prob, chosen, gate, scored)
 
     def stream(prompt, caches=None):
         return lookup_stream(runner, prompt, max_tokens, policy, caches, index=lambda tokens, _: index(tokens))
@@ -120,7 +140,11 @@ def hybrid_cell(
         "replicate": replicate,
     }
     chosen: Dict[str, int] = {}
+    scored: Dict[str, list] = {}
     state: Dict = {}
+    # The head's calibration, where it ships one: with the cost gate, its confidence prices it.
+    calibration = load_calibration(head_path) if cost_gate else None
+    settings["confidence"] = "calibrated" if calibration is not None else None
 
     def runs_on(model):
         state["runner"] = hybrid_model(model, Path(head_path), top_k)
@@ -128,7 +152,8 @@ def hybrid_cell(
 
     def make_stream(runner, costs):
         run = gated(policy, costs) if cost_gate else policy
-        return hybrid_stream(runner, max_tokens, run, costs, min_prob, chosen)
+        state["gate"] = head_gate(calibration, costs, num_draft)
+        return hybrid_stream(runner, max_tokens, run, costs, min_prob, chosen, state["gate"], scored)
 
     result = run_drafting_cell(
         model_path,
@@ -146,7 +171,11 @@ def hybrid_cell(
     )
     # Over every run of the cell, its warm-up included.
     result["chosen"] = chosen
+    # Every source's drafts, chosen or not, scored against what the target emitted.
+    result["scored"] = {n: {"drafts": v[0], "kept_tokens": v[1]} for n, v in scored.items()}
     result["first_kept"] = first_kept(result["rounds"])
+    if state.get("gate") is not None:
+        result["confidence_gate"] = state["gate"].record()
     return result
 
 
@@ -154,4 +183,7 @@ def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
     runner = hybrid_model(model, cell["head_source"], cell["top_k"])
     costs = costs_of(cell["verify_costs"])
     policy = gated(_policy(cell["num_draft"]), costs) if cell.get("cost_gate") else _policy(cell["num_draft"])
-    return hybrid_stream(runner, max_tokens, policy, costs, cell["min_prob"], {})
+    gate = None
+    if cell.get("cost_gate") and cell.get("confidence") == "calibrated":
+        gate = head_gate(load_calibration(cell["head_source"]), costs, cell["num_draft"])
+    return hybrid_stream(runner, max_tokens, policy, costs, cell["min_prob"], {}, gate)

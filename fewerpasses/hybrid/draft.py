@@ -2,29 +2,43 @@
 kept tokens per unit of measured cost, from the suffix trie's (the text), the recycled
 predictions' (the model's earlier top-k) and the draft head's (the target's hidden states).
 
-Each source keeps its own acceptance estimate (lookup/draft.py `AcceptanceEstimate`: recent
-kept tokens against first refusals), updated from what the loop appends after its draft: the
-kept prefix is read off the tokens that follow. A source's draft of length L at rate a is
-expected to emit 1 + a + ... + a^L tokens and to cost its verify pass of L + 1 tokens plus,
-for the head alone, its measured drafting time (both in tokens of plain decoding).
+Every source is scored every round. Greedy output does not depend on which source drafted, so
+each draft a source offered (the free sources' every round the gate is asked, the head's
+where it ran) is checked against the tokens the loop emits after it: its kept prefix, up to
+its first miss, is exact evidence of that source's acceptance whether or not it was chosen.
+Each source's estimate is conditioned on what the source itself knows: the suffix trie's
+on the length of the match it drafts from (lookup/draft.py `MatchAcceptance`), the recycled
+predictions' and the head's on recent drafts (`AcceptanceEstimate`); a head with a
+calibration (head/confidence.py) prices its own round from its probabilities instead.
 
-The hybrid owns the loop's cost gate (`gated_length`, the loop's hook for an index that prices
-its drafts): for each source it finds the length with the most expected tokens per unit of
-its own cost, the free sources' up to the draft they offer now, the head's up to the round's
-limit, and takes the source and length with the best rate, or no draft where none beats a
-plain step. The head is run only when it is chosen, since drafting with it costs time.
+A source's draft of length L is expected to emit 1 + c1 + c1 c2 + ... tokens for its verify
+pass of L + 1 tokens plus, for the head alone, its measured drafting time (both in tokens of
+plain decoding). The hybrid owns the loop's cost gate (`gated_length`, the loop's hook for an
+index that prices its drafts): for each source the length with the most expected tokens per
+unit of its own cost, the free sources' up to the draft they offer now, the head's up to the
+round's limit, and the best source and length, or no draft where none beats a plain step. The
+head is run only where it could win: where its estimate beats the best free source's.
 `chosen` counts the rounds each source won.
 """
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..head.draft import HeadDrafter
-from ..lookup.draft import AcceptanceEstimate, DraftPolicy, gated_rate_of
+from ..lookup.draft import AcceptanceEstimate, DraftPolicy, MatchAcceptance, gated_rate_of
 from ..recycle.draft import RecycleDrafter
 from ..suffix.draft import SuffixIndex, SuffixSettings
 
 # The sources that draft in host time too small to price: their drafts are looked up first.
 FREE = ("suffix", "recycle")
+
+
+class _Scored:
+    """A source's draft being checked against the tokens emitted after it."""
+
+    __slots__ = ("name", "draft", "kept", "match")
+
+    def __init__(self, name: str, draft: List[int], match: int):
+        self.name, self.draft, self.kept, self.match = name, draft, 0, match
 
 
 class HybridDrafter:
@@ -37,17 +51,24 @@ class HybridDrafter:
         verify_cost: Sequence[float],
         head_cost: Sequence[float],
         chosen: Dict[str, int],
+        scored: Optional[Dict[str, List[int]]] = None,
     ):
         self.sources = {"suffix": SuffixIndex(tokens, suffix), "recycle": RecycleDrafter(list(tokens))}
         if head is not None:
             self.sources["head"] = head
-        self.rates = {name: AcceptanceEstimate() for name in self.sources}
+        self.rates = {"suffix": MatchAcceptance(), "recycle": AcceptanceEstimate()}
+        if head is not None:
+            self.rates["head"] = AcceptanceEstimate()
         # verify_cost[k]: a pass verifying k drafts; head_cost[k]: the head drafting k tokens.
         self.verify_cost, self.head_cost = list(verify_cost), list(head_cost)
         self.chosen = chosen
-        self._proposal: Optional[tuple] = None  # (source, draft, tokens matched so far)
+        # Per source: [drafts scored, their tokens kept] over the run (the cell's record).
+        self.scored = scored if scored is not None else {}
+        self._live: List[_Scored] = []  # drafts offered, not yet settled
         self._free: Optional[Tuple[int, Dict[str, List[int]]]] = None  # (limit, drafts) for this history
-        self._plan: Optional[str] = None  # the source the gate chose for this history
+        self._match = 0  # the suffix trie's match for this history
+        self._offered = False  # whether this history's drafts are being scored
+        self._plan: Optional[Tuple[str, int]] = None  # the gate's choice for this history
 
     def bind(self, cache: List) -> None:
         for name in ("recycle", "head"):
@@ -58,26 +79,32 @@ class HybridDrafter:
         return True
 
     def append(self, token: int) -> None:
-        self._settle(token)
+        self._settle(int(token))
         self._free = self._plan = None
+        self._offered = False
         for s in self.sources.values():
             s.append(token)
         for r in self.rates.values():
             r.emitted()
 
     def _settle(self, token: int) -> None:
-        """Read the kept prefix of the last draft off the tokens the loop appends after it."""
-        if self._proposal is None:
-            return
-        name, draft, kept = self._proposal
-        if kept < len(draft) and draft[kept] == token:
-            self._proposal = (name, draft, kept + 1)
-            if kept + 1 == len(draft):
-                self.rates[name].update(len(draft), len(draft))
-                self._proposal = None
-            return
-        self.rates[name].update(len(draft), kept)
-        self._proposal = None
+        """Every live draft against the token emitted: kept so far, or settled at its first
+        miss or its end, each settled one updating its source's estimate."""
+        live = []
+        for d in self._live:
+            if d.draft[d.kept] == token:
+                d.kept += 1
+                if d.kept < len(d.draft):
+                    live.append(d)
+                    continue
+            self.rates[d.name].update(len(d.draft), d.kept, d.match)
+            n = self.scored.setdefault(d.name, [0, 0])
+            n[0], n[1] = n[0] + 1, n[1] + d.kept
+        self._live = live
+
+    def _offer(self, name: str, draft: List[int]) -> None:
+        if draft:
+            self._live.append(_Scored(name, list(draft), self._match if name == "suffix" else 0))
 
     def _curve(self, name: str) -> List[float]:
         """What a round of k drafts from this source costs, k = 0, 1, ...: its verify pass, and
@@ -88,17 +115,46 @@ class HybridDrafter:
 
     def _free_drafts(self, limit: int) -> Dict[str, List[int]]:
         if self._free is None or self._free[0] < limit:
+            self._match = self.sources["suffix"].match_length()
             self._free = (limit, {n: self.sources[n].continuation(limit) for n in FREE})
+        if not self._offered:  # scored once per history, at the longest limit asked
+            self._offered = True
+            for n, d in self._free[1].items():
+                self._offer(n, d)
         return {n: d[:limit] for n, d in self._free[1].items()}
+
+    def _chances(self, name: str, n: int) -> List[float]:
+        if name == "suffix":
+            return [self.rates["suffix"].chance(self._match + i) for i in range(n)] if self._match else [0.0] * n
+        return [self.rates[name].chance()] * n
 
     def options(self, limit: int, overhead: float = 0.0) -> Dict[str, Tuple[int, float]]:
         """Per source: the draft length worth most and its expected tokens per unit of cost."""
         out = {}
         for name, draft in self._free_drafts(limit).items():
-            out[name] = gated_rate_of([self.rates[name].rate] * len(draft), self._curve(name), overhead)
+            out[name] = gated_rate_of(self._chances(name, len(draft)), self._curve(name), overhead)
         if "head" in self.sources:
-            out["head"] = gated_rate_of([self.rates["head"].rate] * limit, self._curve("head"), overhead)
+            best_free = max((o[1] for o in out.values()), default=1.0)
+            out["head"] = self._head_option(limit, overhead, best_free)
         return out
+
+    def _head_option(self, limit: int, overhead: float, best_free: float) -> Tuple[int, float]:
+        """The head's length and rate: from its recent acceptance, or with a calibration, from
+        its own probabilities, looked at only where even its best could beat `best_free`."""
+        head = self.sources["head"]
+        gate = getattr(head, "gate", None)
+        if gate is None:
+            return gated_rate_of(self._chances("head", limit), self._curve("head"), overhead)
+        if not gate.worth_looking(overhead):
+            return 0, 1.0
+        hope = gated_rate_of([gate.calibration.best_chance(j) for j in range(limit)], self._curve("head"), overhead)
+        if hope[1] <= best_free:
+            return 0, 1.0
+        if not head.ready():  # its token is still being computed: the loop reads it, then asks again
+            return hope
+        head.gated_length(limit, overhead)
+        self._offer("head", head.peek())
+        return head.offer
 
     def gated_length(self, limit: int, overhead: float = 0.0) -> int:
         """The loop's gate: the best source's best length, or 0 where no source beats a plain step."""
@@ -107,21 +163,29 @@ class HybridDrafter:
             return 0
         name, (k, _) = max(self.options(limit, overhead).items(), key=lambda kv: kv[1][1])
         if k:
-            self._plan = name
+            self._plan = (name, k)
         return k
+
+    def _head_draft(self, limit: int) -> List[int]:
+        head = self.sources["head"]
+        if getattr(head, "gate", None) is not None:  # its look already offered this draft
+            return head.continuation(limit)
+        draft = head.continuation(limit)
+        self._offer("head", draft)
+        return draft
 
     def continuation(self, limit: int) -> List[int]:
         if limit <= 0:
             return []
-        name = self._plan
-        if name is None:  # no gate: the best rate's source, drafting whatever it offers
+        if self._plan is not None:
+            name = self._plan[0]
+        else:  # no gate: the best rate's source, drafting whatever it offers
             options = {n: o for n, o in self.options(limit).items() if n == "head" or self._free_drafts(limit)[n]}
             if not options:
                 return []
             name = max(options, key=lambda n: options[n][1])
-        draft = self._free_drafts(limit)[name] if name in FREE else self.sources["head"].continuation(limit)
+        draft = self._free_drafts(limit)[name] if name in FREE else self._head_draft(limit)
         if not draft:
             return []
         self.chosen[name] = self.chosen.get(name, 0) + 1
-        self._proposal = (name, draft, 0)
         return draft
