@@ -164,3 +164,33 @@ def test_the_heads_own_probability_decides_each_round(target):
         runs[name] = (got.drafted, gate.looks, gate.drafts)
     assert runs["confident"][0] == 0 and runs["confident"][1] > 0 and runs["confident"][2] == 0
     assert runs["doubtful"][0] > 0 and runs["doubtful"][2] > 0
+
+
+def test_the_calibration_command_counts_held_out_chains_on_prompts_never_trained_on(tmp_path):
+    """training/head_calibrate.py end to end on a tiny chat target: prompts apart from the
+    head's training prompts, every chain's later tokens counted only where the earlier were
+    kept, and the file the head cell reads."""
+    from tiny_models import write_chat_teacher
+
+    from fewerpasses.head.model import save_head
+    from training.head_calibrate import calibration_prompts, main
+    from training.head_data import head_prompts
+
+    path = write_chat_teacher(tmp_path / "t")
+    model, _ = load(str(path))
+    save_head(random_head(model), tmp_path / "h")
+    (tmp_path / "h/training.json").write_text(json.dumps({"settings": {"prompts": 24, "seed": 0}}))
+    trained = {p["text"] for p in head_prompts(24, 0)}
+    assert not trained & {p["text"] for p in calibration_prompts(30, 101, {"prompts": 24, "seed": 0})}
+    args = ["--target", str(path), "--prompts", "6", "--max-tokens", "12", "--positions", "2"]
+    written = main([str(tmp_path / "h")] + args)
+    cal = load_calibration(tmp_path / "h")
+    assert cal is not None and cal.to_dict() == written and cal.positions == 2
+    assert sum(cal.seen[0]) > 0 and sum(cal.seen[1]) <= sum(cal.kept[0])
+    assert all(k <= s for row_k, row_s in zip(cal.kept, cal.seen) for k, s in zip(row_k, row_s))
+    assert cal.source["prompts"] == 6 and "head_calibrate" in cal.source["command"]
+    from training.head_card import calibration_section
+
+    text = calibration_section(tmp_path / "h")
+    assert "## Calibration" in text and f"{int(sum(cal.seen[0]))}, {int(sum(cal.seen[1]))}" in text
+    assert calibration_section(tmp_path) == ""

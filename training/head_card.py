@@ -64,6 +64,32 @@ def context_data(ctx: Optional[Dict]) -> str:
   Corpus sha256 `{ctx["sha256"][:16]}...`."""
 
 
+def calibration_section(head_dir: Path) -> str:
+    """The card's paragraph on the head's calibration (`calibration.json`), where it has one."""
+    path = Path(head_dir) / "calibration.json"
+    if not path.is_file():
+        return ""
+    c = json.loads(path.read_text())
+    src = c.get("source") or {}
+    seen = [sum(r) for r in c["seen"]]
+    kept = src.get("kept_by_position") or []
+    first = c["seen"][0]
+    top = [(lo, hi, k / n) for lo, hi, k, n in zip(c["edges"], c["edges"][1:], c["kept"][0], first) if n >= 20]
+    bins = "; ".join(f"p in [{lo:g}, {hi:g}): {_pct(r)}" for lo, hi, r in top)
+    return f"""
+## Calibration
+
+With the cost gate, the head drafts only where its own probability says the round pays
+(fewerpasses/head/confidence.py): `calibration.json` maps its top-1 probability to the chance
+the token is kept, per drafted position, counted on {src.get("prompts", "?")} prompts drawn from the
+training templates with seed {src.get("seed", "?")}, none a training prompt or a measured text, answered
+greedily up to {src.get("max_tokens", "?")} tokens; a label outside the draft vocabulary counts as a miss.
+Drafted tokens counted by position, each given the earlier ones kept: {", ".join(str(int(n)) for n in seen)};
+kept {", ".join(_pct(x) for x in kept)}. The first token by its probability: {bins}.
+Rebuild: `{src.get("command", "python -m training.head_calibrate " + str(head_dir))}`.
+"""
+
+
 def card(head_dir: Path, cell: Optional[Dict] = None, cell_path: str = "") -> str:
     t = json.loads((head_dir / "training.json").read_text())
     cfg = json.loads((head_dir / "config.json").read_text())
@@ -122,6 +148,7 @@ python -m training.head_card {head_dir}{" --cell " + cell_path if cell_path else
 Where it misses, by category of the measured prompts (scored on the target's answers, never
 trained on, no timing): `python -m training.head_eval {head_dir} --target resources/models/smollm2/mlx`.
 """
+    out += calibration_section(head_dir)
     if cell is not None:
         out += "\n## Measured\n\n" + measured_section(cell, cell_path) + "\n"
     return out
