@@ -1,4 +1,4 @@
-"""A draft head's calibrated confidence (fewerpasses/head/confidence.py) and the head's drafting
+"""A draft head's calibrated confidence (fewerpasses/lookup/confidence.py) and the head's drafting
 with it: one host read a chain, rounds sized by the head's own probability, empty drafts
 where nothing pays, every token still plain decoding's."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from fewerpasses.core.models import load
 from fewerpasses.head.cell import head_gate, head_stream
-from fewerpasses.head.confidence import Calibration, HeadGate, best_length, count_bins, load_calibration
+from fewerpasses.lookup.confidence import Calibration, ConfidenceGate, best_length, count_bins, load_calibration
 from fewerpasses.head.draft import HeadDrafter
 from fewerpasses.head.target import HeadedTarget
 from fewerpasses.lookup.draft import DraftPolicy
@@ -70,11 +70,11 @@ def test_the_best_length_weighs_each_tokens_own_chance():
 
 
 def test_the_gate_looks_only_where_the_calibration_says_looking_pays():
-    assert HeadGate(flat(0.9), VERIFY, DRAFT, 0.1).worth_looking(0.1)
-    poor = HeadGate(flat(0.02), VERIFY, DRAFT, 0.1)
+    assert ConfidenceGate(flat(0.9), VERIFY, DRAFT, 0.1).worth_looking(0.1)
+    poor = ConfidenceGate(flat(0.02), VERIFY, DRAFT, 0.1)
     assert poor.prior == 0.0 and not poor.worth_looking(0.0)
     # Evidence moves the value, and fades back toward the calibration's prior.
-    gate = HeadGate(flat(0.5), VERIFY, DRAFT, 0.1)
+    gate = ConfidenceGate(flat(0.5), VERIFY, DRAFT, 0.1)
     before = gate.value
     for _ in range(20):
         gate.looked(0.0, False)

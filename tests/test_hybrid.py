@@ -155,7 +155,7 @@ def test_the_suffix_tries_estimate_follows_its_match_length():
 @pytest.mark.parametrize("rate", [0.999, 0.001])
 def test_a_calibrated_head_in_the_hybrid_keeps_plain_tokens_and_looks_only_where_it_could_win(target, rate):
     from fewerpasses.head.cell import head_gate
-    from fewerpasses.head.confidence import Calibration
+    from fewerpasses.lookup.confidence import Calibration
 
     n = 1000.0
     cal = Calibration((0.0, 0.5, 1.0), ((rate * n, rate * n),) * 4, ((n, n),) * 4)

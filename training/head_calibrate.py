@@ -1,5 +1,5 @@
 """Calibrate a draft head's confidence: P(kept | its own probability), by drafted position, on
-prompts it never trained on and no cell measures (fewerpasses/head/confidence.py reads it).
+prompts it never trained on and no cell measures (fewerpasses/lookup/confidence.py reads it).
 
     python -m training.head_calibrate models/smollm2-head --target resources/models/smollm2/mlx
 
@@ -83,7 +83,7 @@ def chain_samples(head, embed, examples, positions: int, batch_tokens: int = 204
 def main(argv=None) -> Dict:
     from mlx_lm import load
 
-    from fewerpasses.head.confidence import FILE, count_bins
+    from fewerpasses.lookup.confidence import FILE, count_bins
     from fewerpasses.head.model import load_head
     from training.distill import generate_corpus, load_corpus
     from training.head_data import file_hash

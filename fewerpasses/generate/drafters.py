@@ -32,7 +32,7 @@ from ..head.model import load_head
 from ..head.target import HeadedTarget
 from ..head.technique import TECHNIQUE as HEAD
 from ..head.cell import head_gate
-from ..head.confidence import load_calibration
+from ..lookup.confidence import load_calibration
 from ..hybrid.cell import hybrid_index
 from ..hybrid.technique import TECHNIQUE as HYBRID
 from ..lookup.draft import DraftPolicy, NgramIndex
@@ -216,7 +216,7 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
 
 
 def _gates(calibration, num_draft: int):
-    """`costs -> HeadGate or None`: a head's confidence gate (head/confidence.py) for the cost
+    """`costs -> ConfidenceGate or None`: a head's confidence gate (lookup/confidence.py) for the cost
     model a generation prices at, one for as long as that model is the drafter's (so it
     carries across requests); None without a calibration, or without costs."""
     held: dict = {}

@@ -19,7 +19,7 @@ from ..measure.cell import Loads
 from ..core.stats import first_kept
 from ..measure.cost_model import CostTarget
 from ..measure.costs import DecodeCosts
-from .confidence import Calibration, HeadGate, load_calibration
+from ..lookup.confidence import Calibration, ConfidenceGate, load_calibration
 from .draft import HeadDrafter
 from .model import load_head
 from .target import HeadedTarget
@@ -31,7 +31,7 @@ def _policy(num_draft: int) -> DraftPolicy:
 
 
 def head_stream(
-    headed: HeadedTarget, max_tokens: int, policy: DraftPolicy, min_prob: float, gate: Optional[HeadGate] = None
+    headed: HeadedTarget, max_tokens: int, policy: DraftPolicy, min_prob: float, gate: Optional[ConfidenceGate] = None
 ):
     """`prompt -> TokenStream`: the loop over the headed target, drafting with its head; with
     a `gate`, one for every prompt, the head's calibrated confidence sizes each round."""
@@ -43,7 +43,7 @@ def head_stream(
     return stream
 
 
-def head_gate(calibration: Optional[Calibration], costs: DecodeCosts, num_draft: int) -> Optional[HeadGate]:
+def head_gate(calibration: Optional[Calibration], costs: DecodeCosts, num_draft: int) -> Optional[ConfidenceGate]:
     """The cell's confidence gate: its head's calibration priced at the cost model's passes
     (verify, the head's drafting and leaving the pipeline, in plain tokens); None without a
     calibration."""
@@ -52,7 +52,7 @@ def head_gate(calibration: Optional[Calibration], costs: DecodeCosts, num_draft:
     unit = costs.plain_token
     verify = [costs.verify[k + 1] / unit for k in range(num_draft + 1)]
     draft = [0.0] + [costs.draft.get(k, 0.0) / unit for k in range(1, num_draft + 1)]
-    return HeadGate(calibration, verify, draft, costs.restart / unit)
+    return ConfidenceGate(calibration, verify, draft, costs.restart / unit)
 
 
 def drafter_of(headed: HeadedTarget):

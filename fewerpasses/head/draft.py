@@ -9,7 +9,7 @@ the head's cache, since the verify pass refills those positions from the target'
 
 Without a calibration a draft stops where the head's own probability of a token falls below
 `min_prob`, and the loop's cost gate sizes rounds from recent acceptance. With one (a
-`HeadGate`, head/confidence.py) the head prices its own rounds (`gated_length`, the loop's
+`ConfidenceGate`, lookup/confidence.py) the head prices its own rounds (`gated_length`, the loop's
 hook): it looks only where looking is expected to pay, runs its first step and reads its
 probability, stops there where even its best followers could not pay, and else drafts the
 length its calibrated per-token chances make worth most, which may be none.
@@ -19,14 +19,16 @@ from typing import List, Optional, Tuple
 
 import mlx.core as mx
 
-from .confidence import HeadGate, best_length
+from ..lookup.confidence import ConfidenceGate, best_length
 from .target import HeadCache, HeadedTarget
 
 
 class HeadDrafter:
     """The loop's draft index for a head: the last emitted token, and the head's cache."""
 
-    def __init__(self, headed: HeadedTarget, tokens: List[int], min_prob: float = 0.0, gate: Optional[HeadGate] = None):
+    def __init__(
+        self, headed: HeadedTarget, tokens: List[int], min_prob: float = 0.0, gate: Optional[ConfidenceGate] = None
+    ):
         self.headed, self.head = headed, headed.head
         self.last = int(tokens[-1])
         self.history = len(tokens)

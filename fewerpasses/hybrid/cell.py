@@ -9,7 +9,7 @@ from typing import Dict, Optional, Tuple
 
 from ..core.stats import first_kept
 from ..head.cell import head_gate
-from ..head.confidence import HeadGate, load_calibration
+from ..lookup.confidence import ConfidenceGate, load_calibration
 from ..head.draft import HeadDrafter
 from ..head.model import load_head
 from ..head.target import HeadedTarget
@@ -39,13 +39,13 @@ def hybrid_index(
     costs: DecodeCosts,
     min_prob,
     chosen,
-    gate: Optional[HeadGate] = None,
+    gate: Optional[ConfidenceGate] = None,
     scored: Optional[Dict] = None,
 ):
     """`tokens -> HybridDrafter` over the runner's head, pricing each source's rounds at `costs`
     in plain tokens (its verify passes, and the head's drafting); `chosen` counts the rounds
     each source won, `scored` each source's drafts scored and their tokens kept; `gate`, the
-    head's calibrated confidence (head/confidence.py), one for every prompt."""
+    head's calibrated confidence (lookup/confidence.py), one for every prompt."""
     unit = costs.plain_token
     verify = [costs.verify[k + 1] / unit for k in range(policy.num_draft + 1)]
     head_cost = [0.0] + [costs.draft.get(k, 0.0) / unit for k in range(1, policy.num_draft + 1)]
@@ -65,7 +65,7 @@ def hybrid_stream(
     costs: DecodeCosts,
     min_prob,
     chosen,
-    gate: Optional[HeadGate] = None,
+    gate: Optional[ConfidenceGate] = None,
     scored: Optional[Dict] = None,
 ):
     index = hybrid_index(runner, policy, costs, min_prob, chosen, gate, scored)

@@ -9,7 +9,7 @@ its first miss, is exact evidence of that source's acceptance whether or not it 
 Each source's estimate is conditioned on what the source itself knows: the suffix trie's
 on the length of the match it drafts from (lookup/draft.py `MatchAcceptance`), the recycled
 predictions' and the head's on recent drafts (`AcceptanceEstimate`); a head with a
-calibration (head/confidence.py) prices its own round from its probabilities instead.
+calibration (lookup/confidence.py) prices its own round from its probabilities instead.
 
 A source's draft of length L is expected to emit 1 + c1 + c1 c2 + ... tokens for its verify
 pass of L + 1 tokens plus, for the head alone, its measured drafting time (both in tokens of

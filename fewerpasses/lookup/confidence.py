@@ -1,20 +1,25 @@
-"""When a draft head's draft pays: its own probability, calibrated, against the measured costs.
+"""When a draft pays: the drafter's own probability of each token, calibrated, against the
+measured costs. For the drafters that read the model: the draft head (head/draft.py) and the
+recycled predictions (recycle/draft.py).
 
-A head's top-1 probability says more about whether its token will be kept than any rate over
-recent rounds (EAGLE-2's premise), but it is not itself that chance. `Calibration` maps it to
+A drafter's probability says more about whether its token will be kept than any rate over
+recent rounds (EAGLE-2's premise), but it is not itself that chance. A calibration maps it to
 one: reliability bins of P(kept | p) per drafted position (the j-th token, given the ones
-before it were kept), counted on held-out prompts (training/head_calibrate.py writes them
-beside the head, `calibration.json`). A round then drafts the length whose expected tokens
-per unit of cost are the most, each token priced at its own calibrated chance, and none where
-no length beats a plain step (`best_length`).
+before it were kept). `Calibration` is counted on held-out prompts (training/head_calibrate.py
+writes a head's beside it, `calibration.json`); `LiveCalibration` is counted as a cell runs,
+from every drafted chain scored against the tokens the target then emits (each bin starting
+from a prior), for a drafter with no held-out record (the recycled predictions' table, whose
+probabilities are the model's own in an earlier context). A round then drafts the length
+whose expected tokens per unit of cost are the most, each token priced at its own calibrated
+chance, and none where no length beats a plain step (`best_length`).
 
-Whether to look at all is a decision too: a head's first step needs the token the last pass
-produced, so looking ends plain decoding's pipelining (a measured restart) and runs one head
-step. `HeadGate` keeps the value of looking: the mean gain in plain tokens of the rounds it
-looked at (0 where it did not draft), starting from the calibration's own estimate (what the
-held-out first-token probabilities would have gained at these costs) and held as that many
-pseudo-rounds, with evidence that fades per emitted token back toward it. It is kept for a
-whole cell, across its prompts, so each answer starts from what earlier ones showed.
+Whether to look at all is a decision too: a draft starts from the token the last pass
+produced, so looking ends plain decoding's pipelining (a measured restart) and, for a head,
+runs one head step. `ConfidenceGate` keeps the value of looking: the mean gain in plain tokens
+of the rounds it looked at (0 where it did not draft), starting from the calibration's own
+estimate (what its first-token probabilities would have gained at these costs) and held as
+that many pseudo-rounds, with evidence that fades per emitted token back toward it. It is
+kept for a whole cell, across its prompts, so each answer starts from what earlier ones showed.
 """
 
 import bisect
@@ -23,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..lookup.draft import best_drafting_rate
+from .draft import best_drafting_rate
 
 FILE = "calibration.json"
 FORMAT = 1
@@ -98,6 +103,62 @@ class Calibration:
         )
 
 
+class LiveCalibration:
+    """A calibration counted as the cell runs (see the module's docstring): the same bins and
+    `chance` as `Calibration`, each bin starting from `prior` times its middle probability,
+    held as BIN_PRIOR drafts, with evidence that fades per emitted token (`LIVE_DECAY`)."""
+
+    def __init__(self, edges: Sequence[float] = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0), positions: int = 4,
+                 prior: float = 0.5):  # fmt: skip
+        self.edges = tuple(edges)
+        self.prior = prior
+        bins = len(self.edges) - 1
+        self.kept = [[0.0] * bins for _ in range(positions)]
+        self.seen = [[0.0] * bins for _ in range(positions)]
+
+    @property
+    def positions(self) -> int:
+        return len(self.kept)
+
+    def _bin(self, p: float) -> int:
+        return min(max(bisect.bisect_right(self.edges, p) - 1, 0), len(self.edges) - 2)
+
+    def chance(self, j: int, p: float) -> float:
+        j, b = min(j, self.positions - 1), self._bin(p)
+        start = self.prior * (self.edges[b] + self.edges[b + 1]) / 2
+        return (self.kept[j][b] + BIN_PRIOR * start) / (self.seen[j][b] + BIN_PRIOR)
+
+    def best_chance(self, j: int) -> float:
+        return max(self.chance(j, (lo + hi) / 2) for lo, hi in zip(self.edges, self.edges[1:]))
+
+    @property
+    def first_p(self) -> List[float]:
+        total = sum(self.seen[0])
+        bins = len(self.edges) - 1
+        return [s / total for s in self.seen[0]] if total else [1.0 / bins] * bins
+
+    def score(self, probs: Sequence[float], kept: int) -> None:
+        """A chain whose first `kept` tokens were kept: each of those counts kept in its bin,
+        the next one (if drafted) refused; the ones after it were never tested."""
+        for j, p in enumerate(probs[: kept + 1]):
+            if j >= self.positions:
+                break
+            b = self._bin(p)
+            self.seen[j][b] += 1.0
+            self.kept[j][b] += 1.0 if j < kept else 0.0
+
+    def emitted(self, n: int = 1) -> None:
+        f = LIVE_DECAY**n
+        for rows in (self.kept, self.seen):
+            for r in rows:
+                r[:] = [v * f for v in r]
+
+
+# A live calibration's evidence fades by this much per emitted token (a half-life of about
+# 700 tokens: several answers, as a cell's prompts differ).
+LIVE_DECAY = 0.999
+
+
 def load_calibration(head_dir) -> Optional[Calibration]:
     """The head's calibration (`calibration.json` in its directory), or None where it has none."""
     path = Path(head_dir) / FILE
@@ -138,14 +199,14 @@ def best_length(chances: Sequence[float], verify_cost: Sequence[float], overhead
 LOOK_DECAY, PRIOR_ROUNDS = 0.99, 4.0
 
 
-class HeadGate:
-    """Whether to look at the head's next draft, for a cell's whole run: see the module's
-    docstring. `verify_cost[k]` is a pass verifying k drafts and `draft_cost[k]` the head
-    drafting k tokens, both in plain tokens; `restart` leaving plain decoding's pipeline."""
+class ConfidenceGate:
+    """Whether to look at a drafter's next draft, and how much of it to verify, for a cell's
+    whole run: see the module's docstring. `calibration` is a `Calibration` or a
+    `LiveCalibration`; `verify_cost[k]` is a pass verifying k drafts and `draft_cost[k]` the
+    drafter computing k tokens (zeros for a table read), both in plain tokens; `restart`
+    leaving plain decoding's pipeline."""
 
-    def __init__(
-        self, calibration: Calibration, verify_cost: Sequence[float], draft_cost: Sequence[float], restart: float
-    ):
+    def __init__(self, calibration, verify_cost: Sequence[float], draft_cost: Sequence[float], restart: float):
         self.calibration = calibration
         self.verify_cost, self.draft_cost, self.restart = list(verify_cost), list(draft_cost), restart
         self.prior = self.calibrated_gain()
@@ -156,8 +217,8 @@ class HeadGate:
         return [self.calibration.chance(j, p) for j, p in enumerate(probs)]
 
     def calibrated_gain(self) -> float:
-        """The mean gain of a look on the held-out first-token probabilities: each bin's middle
-        as the first token's probability, later tokens at their position's best chance."""
+        """The mean gain of a look on the calibration's first-token probabilities: each bin's
+        middle as the first token's probability, later tokens at their position's best chance."""
         cal, limit = self.calibration, len(self.verify_cost) - 1
         rest = [cal.best_chance(j) for j in range(1, limit)]
         total = 0.0
@@ -172,7 +233,7 @@ class HeadGate:
 
     def worth_looking(self, overhead: float) -> bool:
         """Whether a look is expected to gain more than it costs: `overhead` (leaving the
-        pipeline, where a step is queued) and the head's first step."""
+        pipeline, where a step is queued) and the drafter's first step."""
         first = self.draft_cost[1] if len(self.draft_cost) > 1 else 0.0
         return self.value > overhead + first
 
