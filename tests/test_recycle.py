@@ -150,7 +150,7 @@ def test_rows_of_refused_drafts_and_of_trees_are_not_the_prompts_own():
     assert table.own[1:3].tolist() == [True, True]
     table.write(mx.array([1, 6]), mx.eye(10)[mx.array([2, 2])], own=False)  # a tree's rows
     assert table.own[1].item() is False and table.own[6].item() is False and table.table[6, 0].item() == 2
-    ids, _ = table.own_rows()
+    ids, _, _ = table.own_rows()
     assert ids.tolist() == [2]
 
 
@@ -258,3 +258,63 @@ def test_the_grid_and_its_rows():
         "recycled predictions (best)",
         "top-8 table, chains k<=4, cost-gated",
     )
+
+
+def test_each_row_keeps_the_probability_of_its_best_guess_and_a_chain_reads_it(target):
+    _, model = target
+    rec = RecyclingTarget(model, top_k=3)
+    cache = rec.make_cache()
+    tokens = [5, 9, 14, 3]
+    logits = rec(mx.array([tokens]), cache=cache)
+    table = cache[-1]
+    probs = mx.softmax(logits[0].astype(mx.float32), axis=-1).max(axis=-1)
+    assert mx.allclose(table.prob[mx.array(tokens)], probs, atol=1e-5).item()
+    chain, p = table.chain_with_probs(5, 3)
+    assert chain == table.chain(5, 3) and len(p) == len(chain)
+    assert p[0] == pytest.approx(table.prob[5].item())
+    # Memory across prompts hands the probabilities on with the rows.
+    other = TableCache(table.table.shape[0], 3)
+    other.inherit([table.own_rows()])
+    assert (
+        other.prob[9].item() == pytest.approx(table.prob[9].item())
+        and other.table[9].tolist() == table.table[9].tolist()
+    )
+
+
+def test_a_live_calibration_learns_from_scored_chains():
+    from fewerpasses.lookup.confidence import LiveCalibration
+
+    cal = LiveCalibration(edges=(0.0, 0.5, 1.0), positions=2, prior=0.5)
+    assert cal.chance(0, 0.9) == pytest.approx(0.375) and cal.chance(0, 0.1) == pytest.approx(0.125)
+    for _ in range(40):
+        cal.score([0.9, 0.9], 2)  # confident chains kept whole
+        cal.score([0.1, 0.9], 0)  # doubtful ones refused at once: their second token untested
+    assert cal.chance(0, 0.9) > 0.9 and cal.chance(0, 0.1) < 0.05 and cal.seen[1] == [0.0, 40.0]
+    cal.emitted(10_000)
+    assert cal.chance(0, 0.9) == pytest.approx(0.375, abs=0.01)
+
+
+@pytest.mark.parametrize("steep", [False, True])
+def test_confidence_gated_recycling_keeps_plain_tokens_and_drafts_only_where_it_pays(target, steep):
+    from fewerpasses.lookup.cell import gated
+    from fewerpasses.measure.costs import DecodeCosts
+    from fewerpasses.recycle.cell import recycle_gate
+
+    _, model = target
+    rec = RecyclingTarget(model, top_k=4)
+    # A flat verify curve, or one where each drafted token costs a whole plain token more.
+    per = 1.0 if steep else 0.02
+    costs = DecodeCosts({k: 0.01 * (1 + per * (k - 1)) for k in range(1, 6)}, 0.01)
+    gate = recycle_gate(costs, 4)
+    stream = recycle_stream(rec, 24, gated(DraftPolicy(4, 1, 1), costs), gate=gate)
+    drafted = 0
+    for prompt in ([5, 9, 14, 3, 5, 9, 14], [7, 7, 7, 7, 7, 2], list(range(40, 80))):
+        p = mx.array(prompt, dtype=mx.uint32)
+        want = timed_generation(lambda: plain_stream(model, p, 24), len(prompt)).tokens
+        got = timed_generation(lambda: stream(p), len(prompt))
+        assert got.tokens == want
+        drafted += got.drafted
+    if steep:  # no chance pays for a pass that costs a plain token per draft
+        assert drafted == 0 and gate.drafts == 0
+    else:
+        assert drafted > 0 and gate.looks > 0 and sum(map(sum, gate.calibration.seen)) > 0

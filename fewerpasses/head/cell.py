@@ -19,7 +19,7 @@ from ..measure.cell import Loads
 from ..core.stats import first_kept
 from ..measure.cost_model import CostTarget
 from ..measure.costs import DecodeCosts
-from ..lookup.confidence import Calibration, ConfidenceGate, load_calibration
+from ..lookup.confidence import Calibration, ConfidenceGate, gate_for, load_calibration
 from .draft import HeadDrafter
 from .model import load_head
 from .target import HeadedTarget
@@ -44,15 +44,8 @@ def head_stream(
 
 
 def head_gate(calibration: Optional[Calibration], costs: DecodeCosts, num_draft: int) -> Optional[ConfidenceGate]:
-    """The cell's confidence gate: its head's calibration priced at the cost model's passes
-    (verify, the head's drafting and leaving the pipeline, in plain tokens); None without a
-    calibration."""
-    if calibration is None:
-        return None
-    unit = costs.plain_token
-    verify = [costs.verify[k + 1] / unit for k in range(num_draft + 1)]
-    draft = [0.0] + [costs.draft.get(k, 0.0) / unit for k in range(1, num_draft + 1)]
-    return ConfidenceGate(calibration, verify, draft, costs.restart / unit)
+    """The cell's confidence gate over its head's calibration (lookup/confidence.py `gate_for`)."""
+    return gate_for(calibration, costs, num_draft)
 
 
 def drafter_of(headed: HeadedTarget):

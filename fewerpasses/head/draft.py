@@ -106,7 +106,7 @@ class HeadDrafter:
                 toks = toks[: below + 1]  # the first token below the floor is still proposed
         return toks
 
-    def _gated_length(self, limit: int, overhead: float = 0.0) -> int:
+    def _gated_length(self, limit: int, overhead: float = 0.0, known: bool = True) -> int:
         """The loop's gate (see the module's docstring); the draft it sizes waits for
         `continuation`."""
         gate = self.gate

@@ -156,7 +156,7 @@ class HybridDrafter:
         self._offer("head", head.peek())
         return head.offer
 
-    def gated_length(self, limit: int, overhead: float = 0.0) -> int:
+    def gated_length(self, limit: int, overhead: float = 0.0, known: bool = True) -> int:
         """The loop's gate: the best source's best length, or 0 where no source beats a plain step."""
         self._plan = None
         if limit <= 0:

@@ -257,3 +257,15 @@ class ConfidenceGate:
 
     def record(self) -> Dict:
         return {"looks": self.looks, "drafted": self.drafts, "prior_gain": self.prior, "value": self.value}
+
+
+def gate_for(calibration, costs, num_draft: int) -> Optional[ConfidenceGate]:
+    """A cell's confidence gate: `calibration` priced at its cost model's passes (`costs`, a
+    measure.costs.DecodeCosts: verify passes, the drafter's own computing, and leaving the
+    pipeline, each in plain tokens); None without a calibration."""
+    if calibration is None:
+        return None
+    unit = costs.plain_token
+    verify = [costs.verify[k + 1] / unit for k in range(num_draft + 1)]
+    draft = [0.0] + [costs.draft.get(k, 0.0) / unit for k in range(1, num_draft + 1)]
+    return ConfidenceGate(calibration, verify, draft, costs.restart / unit)

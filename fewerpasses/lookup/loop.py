@@ -46,8 +46,10 @@ class DraftIndex(Protocol):
 # Optional hooks an index may have: `bind(cache)` (it drafts from the loop's cache, as a draft
 # head does), `may_draft()` (whether a draft may follow, without a lookup), `match_length()`
 # (for the gate by match), `branches(limit, width)` (a draft tree's candidates), and
-# `gated_length(limit, overhead)`: the round's draft length under the cost gate, for an index
-# that prices its drafts itself (the gate's `accept` is then not asked).
+# `gated_length(limit, overhead, known)`: the round's draft length under the cost gate, for an
+# index that prices its drafts itself (the gate's `accept` is then not asked); `known` says
+# whether the last token is read (False: a step is queued, and the index's history lacks it,
+# so a length above 0 asks the loop to read it and ask again).
 
 
 class LookupStream:
@@ -197,7 +199,7 @@ class LookupStream:
                 overhead = 0.0 if known else policy.restart_cost
                 match = self._timed(index.match_length) if by_match else 0
                 if own_gate is not None:
-                    limit = self._timed(own_gate, limit, overhead)
+                    limit = self._timed(own_gate, limit, overhead, known)
                 else:
                     limit = accept.gated(limit, policy.verify_cost, overhead, match)
             if not known:

@@ -10,9 +10,10 @@ runs': those hold its own answer. Each timed run records what it inherited (`mem
 With `branches` 2, rounds may verify a draft tree of the row's two best guesses, where the
 cost gate finds that it pays (recycle/draft.py); the cell then records what its trees did."""
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..lookup.cell import costs_of, gated, run_drafting_cell, tree_record
+from ..lookup.confidence import ConfidenceGate, LiveCalibration, gate_for
 from ..lookup.draft import DraftPolicy
 from ..lookup.loop import lookup_stream
 from ..measure.cell import Loads
@@ -28,11 +29,18 @@ def _policy(num_draft: int, branches: int = 1) -> DraftPolicy:
 
 
 def recycle_stream(
-    recycling: RecyclingTarget, max_tokens: int, policy: DraftPolicy, memory: str = "prompt", log=None, trees=None
+    recycling: RecyclingTarget,
+    max_tokens: int,
+    policy: DraftPolicy,
+    memory: str = "prompt",
+    log=None,
+    trees=None,
+    gate: Optional[ConfidenceGate] = None,
 ):
     """`prompt -> TokenStream` drafting from the table; with `memory="set"` each run inherits
     the other prompts' rows (`TableMemory`), `log` gets what each run inherited, `trees`
-    every draft tree's round."""
+    every draft tree's round; with a `gate`, one for every prompt, the table's calibrated
+    probabilities size each round (recycle/draft.py)."""
     if memory not in MEMORIES:
         raise ValueError(f"memory must be one of {MEMORIES}, got {memory!r}")
     kept = TableMemory(log) if memory == "set" else None
@@ -40,7 +48,7 @@ def recycle_stream(
     def stream(prompt, caches=None):
         if kept is None and log is not None:
             log.append({"prompts": 0, "rows": 0})
-        index = lambda tokens, _: RecycleDrafter(tokens, kept)  # noqa: E731
+        index = lambda tokens, _: RecycleDrafter(tokens, kept, gate=gate)  # noqa: E731
         out = lookup_stream(recycling, prompt, max_tokens, policy, caches, index=index)
         if trees is not None:
             out.tree_rounds = trees  # every run's rounds in one list
@@ -63,8 +71,8 @@ LOGIT_COPIES = 3
 
 
 def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
-    """The target, the recycling target's own prompt cache, and the table (int32 ids and two
-    flags per row: written, and written by this prompt). Memory across prompts adds each
+    """The target, the recycling target's own prompt cache, and the table (int32 ids, a float32
+    probability and two flags per row: written, and written by this prompt). Memory across prompts adds each
     prompt's own rows, a few hundred per prompt, not counted. Its rows are the vocabulary's, read from the model's config; in a
     plan made before the model is fetched, only `rows` if set (a table is megabytes, against
     gigabytes of weights)."""
@@ -80,7 +88,7 @@ def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:
         caches=[(dirs["model"], None)],
         verify_rows=int(params["num_draft"]) + 1,
         tree_width=int(params.get("branches") or 1),
-        adapter_bytes={"recycled predictions table": rows * (4 * int(params["top_k"]) + 2)},
+        adapter_bytes={"recycled predictions table": rows * (4 * int(params["top_k"]) + 6)},
         logit_copies=LOGIT_COPIES,
     )
 
@@ -132,10 +140,13 @@ def recycle_cell(
 
     memory_runs: List[Dict] = []
     tree_rounds: List[Dict] = []
+    state: Dict = {}
+    settings["confidence"] = "live" if confident(cost_gate, branches) else None
 
     def make_stream(recycling, costs):
         run = gated(policy, costs) if cost_gate else policy
-        return recycle_stream(recycling, max_tokens, run, memory, memory_runs, tree_rounds)
+        state["gate"] = recycle_gate(costs, num_draft) if confident(cost_gate, branches) else None
+        return recycle_stream(recycling, max_tokens, run, memory, memory_runs, tree_rounds, state["gate"])
 
     result = run_drafting_cell(
         model_path,
@@ -157,14 +168,32 @@ def recycle_cell(
     result["memory_runs"] = memory_runs
     if branches > 1:
         result["tree"] = tree_record(tree_rounds, result["verify_costs"])
+    if state.get("gate") is not None:
+        g = state["gate"]
+        result["confidence_gate"] = {**g.record(), "calibration": {"edges": list(g.calibration.edges),
+                                     "kept": g.calibration.kept, "seen": g.calibration.seen}}  # fmt: skip
     return result
+
+
+def confident(cost_gate: bool, branches: int) -> bool:
+    """Whether a cell's rounds are sized by the table's calibrated probabilities: with the
+    cost gate, on chains (a draft tree's rounds are the loop's tree gate's to size)."""
+    return bool(cost_gate) and branches == 1
+
+
+def recycle_gate(costs, num_draft: int) -> ConfidenceGate:
+    """A cell's confidence gate over a live calibration of the table's probabilities."""
+    return gate_for(LiveCalibration(positions=num_draft), costs, num_draft)
 
 
 def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
     """The candidate a finished cell ran, for other prompts (the question set): with memory
     across prompts, each question inherits the rows of the questions run before it."""
-    policy = _policy(cell["num_draft"], cell.get("branches", 1))
+    policy, gate = _policy(cell["num_draft"], cell.get("branches", 1)), None
     if cell.get("cost_gate"):
-        policy = gated(policy, costs_of(cell["verify_costs"]))
+        costs = costs_of(cell["verify_costs"])
+        policy = gated(policy, costs)
+        if cell.get("confidence") == "live":
+            gate = recycle_gate(costs, cell["num_draft"])
     recycling = RecyclingTarget(model, cell["top_k"], cell["rows"] or None)
-    return recycle_stream(recycling, max_tokens, policy, cell.get("memory", "prompt"))
+    return recycle_stream(recycling, max_tokens, policy, cell.get("memory", "prompt"), gate=gate)

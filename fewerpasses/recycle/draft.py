@@ -9,10 +9,18 @@ first is wrong: `RankCounts` counts, over the rounds drafted so far, at which ra
 read the token the target chose stood.
 
 With memory across prompts (`TableMemory`), a run's table starts from the rows other prompts'
-runs wrote, never from its own prompt's earlier runs."""
+runs wrote, never from its own prompt's earlier runs.
+
+With a `ConfidenceGate` (lookup/confidence.py, over a `LiveCalibration`: the table's
+probabilities are the model's own in another context, with no held-out record) the drafter
+prices its own rounds (`gated_length`, the loop's hook): it reads the chain and its
+probabilities once, drafts the length their calibrated chances make worth most, or none, and
+scores the whole chain against the tokens the target emits after it, drafted or not, so the
+calibration learns from every round it looked at."""
 
 from typing import Dict, List, Optional, Tuple
 
+from ..lookup.confidence import ConfidenceGate, best_length
 from .table import TableCache
 
 
@@ -58,13 +66,24 @@ class TableMemory:
 class RecycleDrafter:
     """The loop's draft index over the table in the loop's cache."""
 
-    def __init__(self, tokens: List[int], memory: Optional[TableMemory] = None, ranks: Optional[RankCounts] = None):
+    def __init__(
+        self,
+        tokens: List[int],
+        memory: Optional[TableMemory] = None,
+        ranks: Optional[RankCounts] = None,
+        gate: Optional[ConfidenceGate] = None,
+    ):
         self.key = tuple(tokens)
         self.last = int(tokens[-1])
         self.table: TableCache = None
         self.memory = memory
         self.ranks = ranks if ranks is not None else RankCounts(2)
         self._row: Optional[List[int]] = None  # the row the pending draft was read from
+        self.gate = gate
+        self._draft: Optional[List[int]] = None  # the gate's chosen draft for this history
+        self._scoring: Optional[list] = None  # [chain, its probabilities, kept so far]
+        if gate is not None:
+            self.gated_length = self._gated_length
 
     def bind(self, cache: List) -> None:
         found = [c for c in cache if isinstance(c, TableCache)]
@@ -79,6 +98,42 @@ class RecycleDrafter:
             self.ranks.add(self._row, int(token))
             self._row = None
         self.last = int(token)
+        self._draft = None
+        if self.gate is not None:
+            self._score(int(token))
+            self.gate.emitted()
+            self.gate.calibration.emitted()
+
+    def _score(self, token: int) -> None:
+        """The chain the gate looked at, against the token emitted: kept so far, or scored into
+        the calibration at its first miss or its end."""
+        if self._scoring is None:
+            return
+        chain, probs, kept = self._scoring
+        if chain[kept] == token and kept + 1 < len(chain):
+            self._scoring[2] = kept + 1
+            return
+        self.gate.calibration.score(probs, kept + (chain[kept] == token))
+        self._scoring = None
+
+    def _gated_length(self, limit: int, overhead: float = 0.0, known: bool = True) -> int:
+        """The loop's gate (see the module's docstring); the draft it sizes waits for
+        `continuation`."""
+        gate = self.gate
+        self._draft = None
+        if limit <= 0 or self.table is None:
+            return 0
+        if not known:  # the token the chain starts from is still being computed
+            return limit if gate.worth_looking(overhead) else 0
+        chain, probs = self.table.chain_with_probs(self.last, limit)
+        if not chain:
+            return 0
+        if self._scoring is None:
+            self._scoring = [chain, probs, 0]
+        k, gain = best_length(gate.chances(probs), gate.verify_cost, overhead)
+        gate.looked(gain, k > 0)
+        self._draft = chain[:k] if k else None
+        return k
 
     def may_draft(self) -> bool:
         """Whether the table has a row to start from can be known only with the token read:
@@ -86,6 +141,9 @@ class RecycleDrafter:
         return True
 
     def continuation(self, limit: int) -> List[int]:
+        if self._draft is not None:  # the gate's choice for this history
+            draft, self._draft = self._draft[:limit], None
+            return draft
         if limit <= 0 or self.table is None:
             return []
         return self.table.chain(self.last, limit)

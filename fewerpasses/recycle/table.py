@@ -28,15 +28,17 @@ from mlx_lm.models.cache import _BaseCache
 
 
 class TableCache(_BaseCache):
-    """The table: `rows` x `top_k` token ids (row t: the model's top-k after token t), which
-    rows have been written, and which of them by this prompt's own passes (`own`).
-    Positionless: a trim keeps it, and a draft tree's branches share it."""
+    """The table: `rows` x `top_k` token ids (row t: the model's top-k after token t), the
+    probability the model gave the row's best guess (`prob`), which rows have been written,
+    and which of them by this prompt's own passes (`own`). Positionless: a trim keeps it, and
+    a draft tree's branches share it."""
 
     # A draft tree's batch copy (core.prefill.batch_copy) passes this cache through as it is.
     shared_across_branches = True
 
     def __init__(self, rows: int, top_k: int):
         self.table = mx.zeros((rows, top_k), dtype=mx.int32)
+        self.prob = mx.zeros((rows,), dtype=mx.float32)
         self.written = mx.zeros((rows,), dtype=mx.bool_)
         self.own = mx.zeros((rows,), dtype=mx.bool_)
         self.offset = 0  # never read for positions; present for code that reads cache[i].offset
@@ -44,11 +46,11 @@ class TableCache(_BaseCache):
 
     @property
     def state(self):
-        return [self.table, self.written, self.own]
+        return [self.table, self.prob, self.written, self.own]
 
     @state.setter
     def state(self, v):
-        self.table, self.written, self.own = v
+        self.table, self.prob, self.written, self.own = v
 
     def is_trimmable(self) -> bool:
         return True
@@ -66,10 +68,11 @@ class TableCache(_BaseCache):
 
     @property
     def nbytes(self) -> int:
-        return self.table.nbytes + self.written.nbytes + self.own.nbytes
+        return self.table.nbytes + self.prob.nbytes + self.written.nbytes + self.own.nbytes
 
     def write(self, tokens: mx.array, logits: mx.array, own: bool = True) -> None:
-        """Rows of `tokens` ([L]) := the top-k ids of `logits` ([L, V]), best first; a token
+        """Rows of `tokens` ([L]) := the top-k ids of `logits` ([L, V]), best first, and the
+        probability of the first (softmax of the row's logits); a token
         read twice in one pass keeps one of its positions' (which one, the scatter decides).
         With `own`, the rows become this prompt's own until a trim refuses them; without, they
         stop being its own."""
@@ -78,32 +81,37 @@ class TableCache(_BaseCache):
         top = mx.argpartition(-logits, kth=k - 1, axis=-1)[:, :k]
         order = mx.argsort(-mx.take_along_axis(logits, top, axis=-1), axis=-1)
         top = mx.take_along_axis(top, order, axis=-1).astype(mx.int32)
+        best = mx.take_along_axis(logits, top[:, :1], axis=-1)[:, 0].astype(mx.float32)
+        p1 = mx.exp(best - mx.logsumexp(logits.astype(mx.float32), axis=-1))
         idx = mx.where(keep, tokens, 0).astype(mx.int32)
         # Where a token is past the table (keep false), row 0 keeps its own value.
         top = mx.where(keep[:, None], top, self.table[idx])
+        p1 = mx.where(keep, p1, self.prob[idx])
         written = mx.where(keep, True, self.written[idx])
         mine = mx.where(keep, own, self.own[idx])
         self.table[idx] = top
+        self.prob[idx] = p1
         self.written[idx] = written
         self.own[idx] = mine
         self._last = idx if own else None
 
     def own_rows(self):
-        """The rows this prompt's passes wrote, as (ids, their top-k), host arrays: what a run
-        hands on to other prompts' runs."""
+        """The rows this prompt's passes wrote, as (ids, their top-k, their best guess's
+        probability), host arrays: what a run hands on to other prompts' runs."""
         ids = np.flatnonzero(np.array(self.own))
-        return ids, np.array(self.table)[ids]
+        return ids, np.array(self.table)[ids], np.array(self.prob)[ids]
 
     def inherit(self, written: Sequence) -> None:
         """Fill the rows this prompt has not written from other prompts' rows, each an
-        (ids, top-k) pair from `own_rows`, later pairs over earlier ones."""
-        table, have = np.array(self.table), np.array(self.written)
+        (ids, top-k, probabilities) triple from `own_rows`, later ones over earlier ones."""
+        table, prob, have = np.array(self.table), np.array(self.prob), np.array(self.written)
         own = np.array(self.own)
-        for ids, top in written:
+        for ids, top, p in written:
             free = ~own[ids]
             table[ids[free]] = top[free]
+            prob[ids[free]] = p[free]
             have[ids[free]] = True
-        self.table, self.written = mx.array(table), mx.array(have)
+        self.table, self.prob, self.written = mx.array(table), mx.array(prob), mx.array(have)
 
     def branches(self, token: int, length: int, width: int) -> Tuple[List[int], List[List[int]]]:
         """Row `token`'s best `width` guesses (none if the row was never written), and a draft
@@ -138,21 +146,27 @@ class TableCache(_BaseCache):
     def chain(self, token: int, length: int) -> List[int]:
         """`length` tokens following the table's best guesses from `token`, stopping at a row
         never written (no prediction after that token yet)."""
+        return self.chain_with_probs(token, length)[0]
+
+    def chain_with_probs(self, token: int, length: int) -> Tuple[List[int], List[float]]:
+        """`chain`, with the probability the model gave each token where its row was written;
+        one read of the host."""
         rows = self.table.shape[0]
-        out, t = [], token
-        ids = []
-        cur = mx.array(t)
+        reads = []
+        cur = mx.array(token)
         for _ in range(length):
-            nxt = self.table[mx.minimum(cur, rows - 1), 0]
-            ids.append((cur < rows) & self.written[mx.minimum(cur, rows - 1)])
-            ids.append(nxt)
+            at = mx.minimum(cur, rows - 1)
+            nxt = self.table[at, 0]
+            reads += [((cur < rows) & self.written[at]).astype(mx.float32), nxt.astype(mx.float32), self.prob[at]]
             cur = nxt
-        values = mx.stack(ids).tolist() if ids else []
-        for i in range(0, len(values), 2):
+        values = mx.stack(reads).tolist() if reads else []
+        out, probs = [], []
+        for i in range(0, len(values), 3):
             if not values[i]:
                 break
             out.append(int(values[i + 1]))
-        return out
+            probs.append(values[i + 2])
+        return out, probs
 
 
 class RecyclingTarget(nn.Module):

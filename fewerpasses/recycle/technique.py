@@ -37,6 +37,8 @@ def params(wildcards, config: Dict) -> Dict:
 
 def label(cell: Dict) -> str:
     gate = ", cost-gated" if cell.get("cost_gate") else ""
+    if cell.get("confidence") == "live":
+        gate += " by its calibrated probabilities"
     shape = "trees of 2" if cell.get("branches", 1) > 1 else "chains"
     memory = ", with memory across prompts" if cell.get("memory", "prompt") == "set" else ""
     return f"top-{cell['top_k']} table, {shape} k<={cell['num_draft']}{gate}{memory}"
