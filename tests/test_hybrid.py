@@ -172,3 +172,33 @@ def test_a_calibrated_head_in_the_hybrid_keeps_plain_tokens_and_looks_only_where
         assert gate.looks > 0 and chosen.get("head", 0) > 0 and scored["head"][0] > 0
     else:  # a head whose drafts are never kept is never looked at
         assert gate.looks == 0 and "head" not in chosen
+
+
+class FixedWithProbs(Fixed):
+    """A recycled-predictions source: its chain, with the model's probability of each token."""
+
+    def __init__(self, draft, probs):
+        super().__init__(draft)
+        self.probs = probs
+
+    def continuation_with_probs(self, limit):
+        self.calls += 1
+        return self.draft[:limit], self.probs[:limit]
+
+
+def test_the_recycled_chain_is_priced_by_its_probabilities_and_scored_into_them():
+    flat = (1.0, 1.05, 1.1, 1.15, 1.2)
+    d, _ = drafter([9, 9, 9, 9], verify=flat)
+    d.rates["head"].refused = 50.0
+    d.sources["recycle"] = FixedWithProbs([7, 8], [0.95, 0.95])
+    sure = d.options(4)["recycle"][1]
+    d2, _ = drafter([9, 9, 9, 9], verify=flat)
+    d2.rates["head"].refused = 50.0
+    d2.sources["recycle"] = FixedWithProbs([7, 8], [0.05, 0.05])
+    assert sure > d2.options(4)["recycle"][1]
+    # Scored: the confident chain kept whole, into its bins.
+    d.gated_length(4)
+    for t in (7, 8, 3):
+        d.append(t)
+    cal = d.table_calibration
+    assert sum(cal.seen[0]) == pytest.approx(0.999**2) and cal.kept[0][-1] > 0

@@ -8,8 +8,9 @@ where it ran) is checked against the tokens the loop emits after it: its kept pr
 its first miss, is exact evidence of that source's acceptance whether or not it was chosen.
 Each source's estimate is conditioned on what the source itself knows: the suffix trie's
 on the length of the match it drafts from (lookup/draft.py `MatchAcceptance`), the recycled
-predictions' and the head's on recent drafts (`AcceptanceEstimate`); a head with a
-calibration (lookup/confidence.py) prices its own round from its probabilities instead.
+predictions' on the probability the model gave each token of the chain, calibrated live
+(lookup/confidence.py `LiveCalibration`), the head's on recent drafts (`AcceptanceEstimate`),
+or, for a head with a calibration, on its own probabilities (`ConfidenceGate`).
 
 A source's draft of length L is expected to emit 1 + c1 + c1 c2 + ... tokens for its verify
 pass of L + 1 tokens plus, for the head alone, its measured drafting time (both in tokens of
@@ -24,6 +25,7 @@ head is run only where it could win: where its estimate beats the best free sour
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..head.draft import HeadDrafter
+from ..lookup.confidence import LiveCalibration
 from ..lookup.draft import AcceptanceEstimate, DraftPolicy, MatchAcceptance, gated_rate_of
 from ..recycle.draft import RecycleDrafter
 from ..suffix.draft import SuffixIndex, SuffixSettings
@@ -35,10 +37,10 @@ FREE = ("suffix", "recycle")
 class _Scored:
     """A source's draft being checked against the tokens emitted after it."""
 
-    __slots__ = ("name", "draft", "kept", "match")
+    __slots__ = ("name", "draft", "kept", "match", "probs")
 
-    def __init__(self, name: str, draft: List[int], match: int):
-        self.name, self.draft, self.kept, self.match = name, draft, 0, match
+    def __init__(self, name: str, draft: List[int], match: int, probs: Optional[List[float]] = None):
+        self.name, self.draft, self.kept, self.match, self.probs = name, draft, 0, match, probs
 
 
 class HybridDrafter:
@@ -57,6 +59,10 @@ class HybridDrafter:
         if head is not None:
             self.sources["head"] = head
         self.rates = {"suffix": MatchAcceptance(), "recycle": AcceptanceEstimate()}
+        # The recycled chain's chances by the model's probability of each token, where the
+        # source offers them (recycle/draft.py `continuation_with_probs`).
+        self.table_calibration = LiveCalibration(positions=max(1, policy.num_draft))
+        self._probs: Dict[str, List[float]] = {}
         if head is not None:
             self.rates["head"] = AcceptanceEstimate()
         # verify_cost[k]: a pass verifying k drafts; head_cost[k]: the head drafting k tokens.
@@ -86,6 +92,7 @@ class HybridDrafter:
             s.append(token)
         for r in self.rates.values():
             r.emitted()
+        self.table_calibration.emitted()
 
     def _settle(self, token: int) -> None:
         """Every live draft against the token emitted: kept so far, or settled at its first
@@ -98,13 +105,15 @@ class HybridDrafter:
                     live.append(d)
                     continue
             self.rates[d.name].update(len(d.draft), d.kept, d.match)
+            if d.probs is not None:
+                self.table_calibration.score(d.probs, d.kept)
             n = self.scored.setdefault(d.name, [0, 0])
             n[0], n[1] = n[0] + 1, n[1] + d.kept
         self._live = live
 
     def _offer(self, name: str, draft: List[int]) -> None:
         if draft:
-            self._live.append(_Scored(name, list(draft), self._match if name == "suffix" else 0))
+            self._live.append(_Scored(name, list(draft), self._match if name == "suffix" else 0, self._probs.get(name)))
 
     def _curve(self, name: str) -> List[float]:
         """What a round of k drafts from this source costs, k = 0, 1, ...: its verify pass, and
@@ -116,7 +125,14 @@ class HybridDrafter:
     def _free_drafts(self, limit: int) -> Dict[str, List[int]]:
         if self._free is None or self._free[0] < limit:
             self._match = self.sources["suffix"].match_length()
-            self._free = (limit, {n: self.sources[n].continuation(limit) for n in FREE})
+            drafts, self._probs = {}, {}
+            for n in FREE:
+                with_probs = getattr(self.sources[n], "continuation_with_probs", None)
+                if with_probs is not None:
+                    drafts[n], self._probs[n] = with_probs(limit)
+                else:
+                    drafts[n] = self.sources[n].continuation(limit)
+            self._free = (limit, drafts)
         if not self._offered:  # scored once per history, at the longest limit asked
             self._offered = True
             for n, d in self._free[1].items():
@@ -126,6 +142,8 @@ class HybridDrafter:
     def _chances(self, name: str, n: int) -> List[float]:
         if name == "suffix":
             return [self.rates["suffix"].chance(self._match + i) for i in range(n)] if self._match else [0.0] * n
+        if name in self._probs:
+            return [self.table_calibration.chance(j, p) for j, p in enumerate(self._probs[name][:n])]
         return [self.rates[name].chance()] * n
 
     def options(self, limit: int, overhead: float = 0.0) -> Dict[str, Tuple[int, float]]:

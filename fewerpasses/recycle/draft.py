@@ -140,6 +140,13 @@ class RecycleDrafter:
         the gate decides, and an unwritten row gives an empty draft."""
         return True
 
+    def continuation_with_probs(self, limit: int) -> Tuple[List[int], List[float]]:
+        """The chain `continuation` drafts without a gate, with each token's probability as the
+        model gave it where its row was written."""
+        if limit <= 0 or self.table is None:
+            return [], []
+        return self.table.chain_with_probs(self.last, limit)
+
     def continuation(self, limit: int) -> List[int]:
         if self._draft is not None:  # the gate's choice for this history
             draft, self._draft = self._draft[:limit], None
