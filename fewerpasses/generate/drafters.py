@@ -31,8 +31,7 @@ from ..head.draft import HeadDrafter
 from ..head.model import load_head
 from ..head.target import HeadedTarget
 from ..head.technique import TECHNIQUE as HEAD
-from ..head.cell import head_gate
-from ..lookup.confidence import load_calibration
+from ..lookup.confidence import LiveCalibration, gate_for, load_calibration
 from ..hybrid.cell import hybrid_index
 from ..hybrid.technique import TECHNIQUE as HYBRID
 from ..lookup.draft import DraftPolicy, NgramIndex
@@ -177,8 +176,15 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
         runner = RecyclingTarget(model, top_k, rows or None)
         policy = DraftPolicy(num_draft=n, max_ngram=1, min_ngram=1)
         kind = RECYCLE.cost_kind({}, {"top_k": top_k, "rows": rows})
+        gate = _gates(None, n, live=True)
         return Drafter(
-            name, s, runner, policy, kind, lambda tokens, p, costs: RecycleDrafter(list(tokens)), RecycleDrafter
+            name,
+            s,
+            runner,
+            policy,
+            kind,
+            lambda tokens, p, costs: RecycleDrafter(list(tokens), gate=gate(costs)),
+            RecycleDrafter,
         )
     path = head_path(model, s["head"])
     s["head"] = str(path)
@@ -215,17 +221,20 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
     return drafter
 
 
-def _gates(calibration, num_draft: int):
-    """`costs -> ConfidenceGate or None`: a head's confidence gate (lookup/confidence.py) for the cost
-    model a generation prices at, one for as long as that model is the drafter's (so it
-    carries across requests); None without a calibration, or without costs."""
+def _gates(calibration, num_draft: int, live: bool = False):
+    """`costs -> ConfidenceGate or None`: a confidence gate (lookup/confidence.py) for the cost
+    model a generation prices at, over a head's `calibration` or, `live`, a calibration of
+    the recycled table's probabilities counted as requests run; one for as long as that cost
+    model is the drafter's (so it carries across requests). None without a calibration, or
+    without costs (an ungated drafter)."""
     held: dict = {}
 
     def gate(costs):
-        if calibration is None or costs is None:
+        if (calibration is None and not live) or costs is None:
             return None
         if held.get("costs") is not costs:
-            held.update(costs=costs, gate=head_gate(calibration, costs, num_draft))
+            cal = LiveCalibration(positions=num_draft) if live else calibration
+            held.update(costs=costs, gate=gate_for(cal, costs, num_draft))
         return held["gate"]
 
     return gate
