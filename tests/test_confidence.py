@@ -194,3 +194,19 @@ def test_the_calibration_command_counts_held_out_chains_on_prompts_never_trained
     text = calibration_section(tmp_path / "h")
     assert "## Calibration" in text and f"{int(sum(cal.seen[0]))}, {int(sum(cal.seen[1]))}" in text
     assert calibration_section(tmp_path) == ""
+
+
+def test_the_head_knows_its_last_token_is_read_over_a_reused_prompt_cache(target):
+    """A generation into a cache that already holds an earlier turn (mlx-lm's `prompt_cache`):
+    the head counts only this generation's tokens against the positions it holds."""
+    headed = HeadedTarget(target, random_head(target, seed=2))
+    cache = headed.make_cache()
+    headed(mx.array([[1, 2, 3, 4]]), cache=cache)  # the earlier turn
+    headed(mx.array([[5, 6]]), cache=cache)  # this prompt's prefill: all but its last token
+    d = HeadDrafter(headed, [5, 6, 7])
+    d.bind(cache)
+    assert d.ready()
+    headed(mx.array([[7]]), cache=cache)  # a step queued on the last token: not yet read
+    assert not d.ready()
+    d.append(11)
+    assert d.ready()

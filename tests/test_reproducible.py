@@ -303,7 +303,7 @@ def test_end_probes_void_a_run_where_they_move_together_not_where_one_strays():
     cells = []
     for i, value in enumerate([1.31, 1.29, 1.60]):
         c = _cell(i + 1, [1.2] * 4, f"c{i}")
-        c["cost_drift"], c["verify_costs"] = _probe(value), {"source": "results/costs/m/plain.json"}
+        c["cost_drift"], c["verify_costs"] = _probe(value), {"source": "results/costs/m/plain.json", "digest": "a1"}
         cells.append(c)
     # One probe of three caught a slow moment: counted, and the run stays valid.
     v = run_verdict([aa] + cells)
@@ -311,11 +311,23 @@ def test_end_probes_void_a_run_where_they_move_together_not_where_one_strays():
     # Two of three moved the same way: the typical probe misses the file's interval.
     cells[1]["cost_drift"] = _probe(1.55)
     v = run_verdict([aa] + cells)
-    assert not v.valid and "plain.json k=2: probes 1.55 [1.50, 1.60]" in v.line()
+    assert not v.valid and "plain.json k=2: probes 1.55 [1.50, 1.60] (the typical probe)" in v.line()
     # Probes of another file are read apart: a second file's probes do not hide this one's.
     other = _cell(1, [1.2] * 4, "d")
-    other["cost_drift"], other["verify_costs"] = _probe(1.30), {"source": "results/costs/m/head.json"}
+    other["cost_drift"], other["verify_costs"] = _probe(1.30), {"source": "results/costs/m/head.json", "digest": "b2"}
     assert "with 1 of 2 cost models" in run_verdict([aa, other] + cells).line()
+    # Every probe a little off the same way, each inside the file's interval by its own: their
+    # median over the probes misses it.
+    for i, c in enumerate(cells + [_cell(9, [1.2] * 4, "e"), _cell(9, [1.2] * 4, "f")]):
+        c["cost_drift"] = _probe(1.39 + 0.005 * i, width=0.06)
+        c["verify_costs"] = {"source": "results/costs/m/plain.json", "digest": "a1"}
+        cells.append(c) if c not in cells else None
+    v = run_verdict([aa] + cells)
+    assert not v.valid and "their median over 5 probes" in v.line() and "single probes off" not in v.line()
+    # Cost models measured in a cell have no digest: their probes are read one by one.
+    for c in cells:
+        c["verify_costs"] = {"source": "measured in the cell"}
+    assert "of 5 cost models" in run_verdict([aa] + cells).line()
 
 
 def test_the_linux_state_gives_steal_and_load_over_a_span():

@@ -32,6 +32,9 @@ class HeadDrafter:
         self.headed, self.head = headed, headed.head
         self.last = int(tokens[-1])
         self.history = len(tokens)
+        # Positions the cache held before this generation's tokens (a reused prompt cache's):
+        # set in `bind`, which the loop calls once the prompt is prefilled.
+        self._held = 0
         self.min_prob = min_prob
         self.gate = gate
         self.cache: HeadCache = None
@@ -47,6 +50,8 @@ class HeadDrafter:
         if not found:
             raise ValueError("a head drafts over a headed target's cache (HeadedTarget.make_cache)")
         self.cache = found[0]
+        # After the prefill the cache holds every position but the last token's.
+        self._held = max(0, self.cache.fed - (self.history - 1))
 
     def append(self, token: int) -> None:
         self.last = int(token)
@@ -63,7 +68,7 @@ class HeadDrafter:
         """Whether the last emitted token is the one the next head step reads: the cache holds
         every position before it (a step queued on it would already hold it too)."""
         c = self.cache
-        return c is not None and c.pending is not None and c.fed == self.history - 1
+        return c is not None and c.pending is not None and c.fed - self._held == self.history - 1
 
     def _chain(self, limit: int, first: Optional[Tuple] = None) -> Tuple[List[int], List[float]]:
         """Up to `limit` drafted tokens and the head's probability of each, built as one graph

@@ -81,7 +81,7 @@ class RecycleDrafter:
         self._row: Optional[List[int]] = None  # the row the pending draft was read from
         self.gate = gate
         self._draft: Optional[List[int]] = None  # the gate's chosen draft for this history
-        self._scoring: Optional[list] = None  # [chain, its probabilities, kept so far]
+        self._scoring: List[list] = []  # chains being scored: [chain, its probabilities, kept so far]
         if gate is not None:
             self.gated_length = self._gated_length
 
@@ -105,16 +105,17 @@ class RecycleDrafter:
             self.gate.calibration.emitted()
 
     def _score(self, token: int) -> None:
-        """The chain the gate looked at, against the token emitted: kept so far, or scored into
-        the calibration at its first miss or its end."""
-        if self._scoring is None:
-            return
-        chain, probs, kept = self._scoring
-        if chain[kept] == token and kept + 1 < len(chain):
-            self._scoring[2] = kept + 1
-            return
-        self.gate.calibration.score(probs, kept + (chain[kept] == token))
-        self._scoring = None
+        """Each chain the gate looked at, against the token emitted: kept so far, or scored
+        into the calibration at its first miss or its end."""
+        live = []
+        for entry in self._scoring:
+            chain, probs, kept = entry
+            if chain[kept] == token and kept + 1 < len(chain):
+                entry[2] = kept + 1
+                live.append(entry)
+                continue
+            self.gate.calibration.score(probs, kept + (chain[kept] == token))
+        self._scoring = live
 
     def _gated_length(self, limit: int, overhead: float = 0.0, known: bool = True) -> int:
         """The loop's gate (see the module's docstring); the draft it sizes waits for
@@ -126,10 +127,10 @@ class RecycleDrafter:
         if not known:  # the token the chain starts from is still being computed
             return limit if gate.worth_looking(overhead) else 0
         chain, probs = self.table.chain_with_probs(self.last, limit)
-        if not chain:
+        if not chain:  # no row yet after this token: the look found nothing
+            gate.looked(0.0, False)
             return 0
-        if self._scoring is None:
-            self._scoring = [chain, probs, 0]
+        self._scoring.append([chain, probs, 0])
         k, gain = best_length(gate.chances(probs), gate.verify_cost, overhead)
         gate.looked(gain, k > 0)
         self._draft = chain[:k] if k else None

@@ -8,10 +8,9 @@ refuses a run that broke its rules rather than flagging it, a run is not valid w
 - the cells' end probes disagree with the cost model they priced their rounds at, beyond
   both intervals (measure/cost_model.py:end_probe): the curve the gate drafted against moved.
   The probes of one cost file are read together (`probe_disagreements`): a pass disagrees
-  where the typical probe (per pass, the median over the file's probes of the probe's figure
-  and of each end of its interval) misses the file's interval. A single short probe that
-  caught a passing moment misses it now and then on a quiet machine, more often the more
-  cells a run has; the checks count such probes, and they alone do not void a run.
+  where the typical probe, or the probes' median, misses the file's interval. A single short probe
+  that caught a passing moment misses it now and then on a quiet machine, more often the
+  more cells a run has; the checks count such probes, and they alone do not void a run.
 
 Every check is listed with its figure, passed or not; RESULTS.md gives the verdict first.
 """
@@ -20,6 +19,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Tuple
+
+import numpy as np
 
 AA_BOUND = 0.03
 # How a section's verdict paragraph begins.
@@ -60,38 +61,73 @@ def _name(c: Dict) -> str:
 
 
 def probe_disagreements(probes: List) -> Tuple[List[str], List[str], int]:
-    """The end probes read by cost file: (the files whose typical probe disagrees, as
-    "<file> k=<pass>: probe <x> [lo, hi] against <y> [lo, hi]"; the single probes that
-    disagree, by cell and replicate; how many files were probed). `probes` are (merged cell,
-    replicate) pairs whose replicate has a `cost_drift` (measure/cost_model.py:end_probe)."""
+    """The end probes read by cost file: (the files whose probes disagree, as "<file> k=<pass>:
+    probes <x> [lo, hi] against <y> [lo, hi]"; the single probes that disagree, by cell and
+    replicate; how many files were probed). `probes` are (merged cell, replicate) pairs whose
+    replicate has a `cost_drift` (measure/cost_model.py:end_probe).
+
+    A file's probes are told apart by its digest (a cost model measured in a cell has none: its
+    probes stand alone). A pass disagrees where the typical probe's interval (the median of
+    each end of the probes' own intervals) misses the file's, or, with three probes or more,
+    where their median's interval over the probes does (a percentile bootstrap: what varies
+    from cell to cell, each probe's own noise included), so a shift that every probe shows is
+    caught however small each one's share."""
     by_file: Dict[str, List[Dict]] = {}
+    names: Dict[str, str] = {}
     single = []
     for c, r in probes:
         drift = r["cost_drift"]
         if not drift.get("agrees", True):
             single.append(f"{_name(c)} replicate {r.get('replicate', 1)}")
-        key = (r.get("verify_costs") or c.get("verify_costs") or {}).get("source") or _name(c)
+        costs = r.get("verify_costs") or c.get("verify_costs") or {}
+        alone = f"{_name(c)} replicate {r.get('replicate', 1)}"
+        key = costs.get("digest") or f"{c.get('cell_id') or id(c)} {alone}"
+        names[key] = Path(costs.get("source") or "-").name if costs.get("digest") else alone
         by_file.setdefault(key, []).append(drift)
     off = []
     for key, drifts in sorted(by_file.items()):
         passes = [d.get("verify") or {} for d in drifts]
-        if not any(passes):  # a probe without its passes: only its own verdict is known
+        if not any(passes):  # probes without their passes: only their own verdicts are known
             if not any(d.get("agrees", True) for d in drifts):
-                off.append(f"{Path(key).name}: every probe")
+                off.append(f"{names[key]}: every probe")
             continue
         for k in sorted({k for p in passes for k in p}, key=int):
             rows = [p[k] for p in passes if k in p]
-            mid = statistics.median(r["plain_tokens"] for r in rows)
-            lo = statistics.median(r["plain_tokens_ci"][0] for r in rows)
-            hi = statistics.median(r["plain_tokens_ci"][1] for r in rows)
             flo, fhi = rows[0]["file_plain_tokens_ci"]
-            if hi < flo or lo > fhi:
-                off.append(
-                    f"{Path(key).name} k={k}: probes {mid:.2f} [{lo:.2f}, {hi:.2f}] against "
-                    f"{rows[0]['file_plain_tokens']:.2f} [{flo:.2f}, {fhi:.2f}] plain tokens"
-                )
-                break
+            mid = float(np.median([r["plain_tokens"] for r in rows]))
+            for how, (lo, hi) in _probes_intervals(rows):
+                if hi < flo or lo > fhi:
+                    off.append(
+                        f"{names[key]} k={k}: probes {mid:.2f} [{lo:.2f}, {hi:.2f}] ({how}) against "
+                        f"{rows[0]['file_plain_tokens']:.2f} [{flo:.2f}, {fhi:.2f}] plain tokens"
+                    )
+                    break
+            else:
+                continue
+            break
     return off, single, len(by_file)
+
+
+def _probes_intervals(rows: List[Dict], resamples: int = 2000) -> List[Tuple[str, Tuple[float, float]]]:
+    """The intervals a pass's probes are read by (`probe_disagreements`): the typical probe's
+    (the median of the probes' own interval ends), and with three probes or more the median's
+    over the probes (a percentile bootstrap)."""
+    out = [
+        (
+            "the typical probe",
+            (
+                statistics.median(r["plain_tokens_ci"][0] for r in rows),
+                statistics.median(r["plain_tokens_ci"][1] for r in rows),
+            ),
+        )
+    ]
+    values = np.array([r["plain_tokens"] for r in rows], dtype=float)
+    if len(values) >= 3:
+        rng = np.random.default_rng(0)
+        boot = np.median(values[rng.integers(0, len(values), (resamples, len(values)))], axis=1)
+        lo, hi = np.quantile(boot, [0.025, 0.975])
+        out.append((f"their median over {len(values)} probes", (float(lo), float(hi))))
+    return out
 
 
 def run_verdict(cells: List[Dict]) -> Verdict:
