@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fewerpasses.core.models import load
-from fewerpasses.head.cell import head_gate, head_stream
+from fewerpasses.head.cell import head_stream
+from fewerpasses.lookup.confidence import gate_for
 from fewerpasses.lookup.confidence import Calibration, ConfidenceGate, best_length, count_bins, load_calibration
 from fewerpasses.head.draft import HeadDrafter
 from fewerpasses.head.target import HeadedTarget
@@ -114,7 +115,7 @@ def test_confidence_gated_drafting_keeps_plain_tokens_and_drafts_only_where_it_p
     costs = DecodeCosts(
         {k: 0.01 * (1 + 0.1 * (k - 1)) for k in range(1, 6)}, 0.01, draft={k: 0.0002 * k for k in range(1, 5)}
     )
-    gate = head_gate(flat(rate), costs, 4)
+    gate = gate_for(flat(rate), costs, 4)
     policy = DraftPolicy(num_draft=4, max_ngram=1, min_ngram=1, verify_cost=tuple(VERIFY), restart_cost=0.0)
     stream = head_stream(headed, 20, policy, 0.0, gate)
     drafted = 0
@@ -133,14 +134,13 @@ def test_confidence_gated_drafting_keeps_plain_tokens_and_drafts_only_where_it_p
 
 
 def test_the_head_cell_uses_a_shipped_calibration(tmp_path, target):
-    from fewerpasses.head.cell import head_gate as gate_of
 
     (tmp_path / "calibration.json").write_text(json.dumps(flat(0.6).to_dict()))
     cal = load_calibration(tmp_path)
     costs = DecodeCosts({1: 0.012, 2: 0.013, 3: 0.014}, 0.01, draft={1: 0.001, 2: 0.002})
-    gate = gate_of(cal, costs, 2)
+    gate = gate_for(cal, costs, 2)
     assert gate.verify_cost == pytest.approx([1.2, 1.3, 1.4]) and gate.draft_cost == pytest.approx([0, 0.1, 0.2])
-    assert gate.restart == pytest.approx(0.2) and gate_of(None, costs, 2) is None
+    assert gate.restart == pytest.approx(0.2) and gate_for(None, costs, 2) is None
     assert np.isfinite(gate.prior)
 
 
@@ -159,7 +159,7 @@ def test_the_heads_own_probability_decides_each_round(target):
     doubtful = Calibration(EDGES, ((n, 0.0),) * 4, ((n, n),) * 4)
     runs = {}
     for name, cal in (("confident", confident), ("doubtful", doubtful)):
-        gate = head_gate(cal, costs, 4)
+        gate = gate_for(cal, costs, 4)
         got = timed_generation(lambda: head_stream(headed, 20, policy, 0.0, gate)(p), 40)
         runs[name] = (got.drafted, gate.looks, gate.drafts)
     assert runs["confident"][0] == 0 and runs["confident"][1] > 0 and runs["confident"][2] == 0

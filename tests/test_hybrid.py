@@ -154,14 +154,14 @@ def test_the_suffix_tries_estimate_follows_its_match_length():
 
 @pytest.mark.parametrize("rate", [0.999, 0.001])
 def test_a_calibrated_head_in_the_hybrid_keeps_plain_tokens_and_looks_only_where_it_could_win(target, rate):
-    from fewerpasses.head.cell import head_gate
+    from fewerpasses.lookup.confidence import gate_for
     from fewerpasses.lookup.confidence import Calibration
 
     n = 1000.0
     cal = Calibration((0.0, 0.5, 1.0), ((rate * n, rate * n),) * 4, ((n, n),) * 4)
     runner = runner_of(target)
     costs = DecodeCosts({k: 0.01 * (1 + 0.1 * k) for k in range(1, 6)}, 0.01, {}, {k: 0.0002 * k for k in range(1, 5)})
-    gate = head_gate(cal, costs, 4)
+    gate = gate_for(cal, costs, 4)
     chosen, scored = {}, {}
     stream = hybrid_stream(runner, 24, DraftPolicy(4, 2, 2), costs, 0.0, chosen, gate, scored)
     for prompt in ([5, 9, 14, 3, 5, 9, 14], list(range(40, 80))):

@@ -18,8 +18,7 @@ from ..lookup.loop import lookup_stream
 from ..measure.cell import Loads
 from ..core.stats import first_kept
 from ..measure.cost_model import CostTarget
-from ..measure.costs import DecodeCosts
-from ..lookup.confidence import Calibration, ConfidenceGate, gate_for, load_calibration
+from ..lookup.confidence import ConfidenceGate, gate_for, load_calibration
 from .draft import HeadDrafter
 from .model import load_head
 from .target import HeadedTarget
@@ -41,11 +40,6 @@ def head_stream(
         return lookup_stream(headed, prompt, max_tokens, policy, caches, index=index)
 
     return stream
-
-
-def head_gate(calibration: Optional[Calibration], costs: DecodeCosts, num_draft: int) -> Optional[ConfidenceGate]:
-    """The cell's confidence gate over its head's calibration (lookup/confidence.py `gate_for`)."""
-    return gate_for(calibration, costs, num_draft)
 
 
 def drafter_of(headed: HeadedTarget):
@@ -123,7 +117,7 @@ def head_cell(
 
     def make_stream(headed, costs):
         run = gated(policy, costs) if cost_gate else policy
-        state["gate"] = head_gate(calibration, costs, num_draft)
+        state["gate"] = gate_for(calibration, costs, num_draft)
         return head_stream(headed, max_tokens, run, min_prob, state["gate"])
 
     result = run_drafting_cell(
@@ -169,5 +163,5 @@ def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
         costs = costs_of(cell["verify_costs"])
         policy = gated(policy, costs)
         if cell.get("confidence") == "calibrated":
-            gate = head_gate(load_calibration(cell["head_model"]["path"]), costs, cell["num_draft"])
+            gate = gate_for(load_calibration(cell["head_model"]["path"]), costs, cell["num_draft"])
     return head_stream(HeadedTarget(model, head), max_tokens, policy, cell["min_prob"], gate)

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 from ..core.stats import first_kept
-from ..head.cell import head_gate
-from ..lookup.confidence import ConfidenceGate, load_calibration
+from ..lookup.confidence import ConfidenceGate, gate_for, load_calibration, plain_token_curves
 from ..head.draft import HeadDrafter
 from ..head.model import load_head
 from ..head.target import HeadedTarget
@@ -46,9 +45,7 @@ def hybrid_index(
     in plain tokens (its verify passes, and the head's drafting); `chosen` counts the rounds
     each source won, `scored` each source's drafts scored and their tokens kept; `gate`, the
     head's calibrated confidence (lookup/confidence.py), one for every prompt."""
-    unit = costs.plain_token
-    verify = [costs.verify[k + 1] / unit for k in range(policy.num_draft + 1)]
-    head_cost = [0.0] + [costs.draft.get(k, 0.0) / unit for k in range(1, policy.num_draft + 1)]
+    verify, head_cost = plain_token_curves(costs, policy.num_draft)
     headed = runner.target
 
     def index(tokens):
@@ -152,7 +149,7 @@ def hybrid_cell(
 
     def make_stream(runner, costs):
         run = gated(policy, costs) if cost_gate else policy
-        state["gate"] = head_gate(calibration, costs, num_draft)
+        state["gate"] = gate_for(calibration, costs, num_draft)
         return hybrid_stream(runner, max_tokens, run, costs, min_prob, chosen, state["gate"], scored)
 
     result = run_drafting_cell(
@@ -185,5 +182,5 @@ def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
     policy = gated(_policy(cell["num_draft"]), costs) if cell.get("cost_gate") else _policy(cell["num_draft"])
     gate = None
     if cell.get("cost_gate") and cell.get("confidence") == "calibrated":
-        gate = head_gate(load_calibration(cell["head_source"]), costs, cell["num_draft"])
+        gate = gate_for(load_calibration(cell["head_source"]), costs, cell["num_draft"])
     return hybrid_stream(runner, max_tokens, policy, costs, cell["min_prob"], {}, gate)

@@ -259,13 +259,20 @@ class ConfidenceGate:
         return {"looks": self.looks, "drafted": self.drafts, "prior_gain": self.prior, "value": self.value}
 
 
-def gate_for(calibration, costs, num_draft: int) -> Optional[ConfidenceGate]:
-    """A cell's confidence gate: `calibration` priced at its cost model's passes (`costs`, a
-    measure.costs.DecodeCosts: verify passes, the drafter's own computing, and leaving the
-    pipeline, each in plain tokens); None without a calibration."""
-    if calibration is None:
-        return None
+def plain_token_curves(costs, num_draft: int) -> Tuple[List[float], List[float]]:
+    """A cost model's passes in plain tokens (`costs`, a measure.costs.DecodeCosts): index k of
+    the first is a pass verifying k drafts, of the second the drafter computing k tokens (0 for
+    k = 0, and where the drafter's cost was not measured)."""
     unit = costs.plain_token
     verify = [costs.verify[k + 1] / unit for k in range(num_draft + 1)]
     draft = [0.0] + [costs.draft.get(k, 0.0) / unit for k in range(1, num_draft + 1)]
-    return ConfidenceGate(calibration, verify, draft, costs.restart / unit)
+    return verify, draft
+
+
+def gate_for(calibration, costs, num_draft: int) -> Optional[ConfidenceGate]:
+    """A cell's confidence gate: `calibration` priced at its cost model's passes
+    (`plain_token_curves`, and leaving the pipeline); None without a calibration."""
+    if calibration is None:
+        return None
+    verify, draft = plain_token_curves(costs, num_draft)
+    return ConfidenceGate(calibration, verify, draft, costs.restart / costs.plain_token)
