@@ -3,6 +3,7 @@ chip, BLAS, memory and commit; on a Mac, read from the outputs of sw_vers, pmset
 system_profiler, the parsers checked here on those tools' own text."""
 
 import platform
+import subprocess
 
 import pytest
 
@@ -12,6 +13,7 @@ from fewerpasses.core.environment import (
     gpu_cores,
     low_power_mode,
     power_source,
+    source_commit,
     total_memory_gb,
 )
 
@@ -67,3 +69,21 @@ def test_every_result_records_memory_and_where_it_ran():
         assert {"macos", "gpu_cores", "power_source", "low_power_mode", "cpu_speed_limit"} <= set(env)
     else:
         assert "power_source" not in env and env["blas"]
+
+
+def test_the_commit_is_marked_changed_by_code_not_by_the_results_the_pipeline_writes(tmp_path):
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True, text=True)
+    git("init", "-q")
+    for name in ("RESULTS.md", "code.py", "results_tables/run/techniques.csv"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
+    head = git("rev-parse", "--short=12", "HEAD").stdout.strip()
+    # `snakemake results` rewrites RESULTS.md and results_tables/: the code is unchanged.
+    (tmp_path / "RESULTS.md").write_text("y\n")
+    (tmp_path / "results_tables/run/techniques.csv").write_text("y\n")
+    (tmp_path / "untracked.txt").write_text("y\n")
+    assert source_commit(str(tmp_path)) == head
+    (tmp_path / "code.py").write_text("y\n")
+    assert source_commit(str(tmp_path)) == head + "+changes"

@@ -629,7 +629,9 @@ def test_writing_a_run_replaces_its_section_and_tables_and_keeps_the_others(tmp_
     # The run's full tables, rewritten: a file of an earlier write is gone.
     folder = tmp_path / "results_tables" / "default"
     assert not stale.exists()
+    # The same measurement written again keeps no previous run: there is none to compare with.
     assert {p.name for p in folder.iterdir()} == {
+        "run.json",
         "verdict.json",
         "techniques.csv",
         "techniques_by_category.csv",
@@ -639,8 +641,71 @@ def test_writing_a_run_replaces_its_section_and_tables_and_keeps_the_others(tmp_
         "verify_curve.csv",
     }
     assert "/work/" not in (folder / "memory.csv").read_text()
+    assert json.loads((folder / "run.json").read_text())["commit"] == "c2"
     # A file that has no sections yet (or another text) gets the title and preamble once.
     assert merged(None, "x", "<!-- run: x -->\nbody\n<!-- end of run: x -->\n").count("# Results") == 1
+
+
+def _rerun_frames(suffix=(1.28, 0.98, 1.67), geomean=None):
+    """The default run's frames with suffix drafting at `suffix` (figure, interval) and, given
+    `geomean`, a geometric mean over categories (the same for every row but suffix's)."""
+    techniques, by_category, by_context, bounds = default_run()
+    at = techniques.technique == "suffix drafting (best)"
+    techniques.loc[at, ["speedup", "speedup_ci_low", "speedup_ci_high"]] = suffix
+    if geomean is not None:
+        techniques = techniques.assign(
+            geomean=techniques.speedup,
+            geomean_ci_low=techniques.speedup * 0.97,
+            geomean_ci_high=techniques.speedup * 1.03,
+        )
+        techniques.loc[at, ["geomean", "geomean_ci_low", "geomean_ci_high"]] = geomean
+    return techniques, by_category, by_context, bounds
+
+
+def _write(tmp_path, name, frames, commit):
+    cells = default_cells()
+    for c in cells:
+        c["environment"]["commit"] = commit
+    results, paths = write_run(tmp_path / name, frames, cells)
+    return write_results(tmp_path / "RESULTS.md", "default", "snakemake --cores 1", results, paths)
+
+
+def test_a_rerun_keeps_the_measurement_it_replaces_and_compares_with_it(tmp_path):
+    folder = tmp_path / "results_tables" / "default"
+    _write(tmp_path, "first", _rerun_frames(geomean=(1.30, 1.26, 1.34)), "c1")
+    first = (folder / "techniques.csv").read_text()
+    assert "Against the previous run" not in (tmp_path / "RESULTS.md").read_text()
+    # The rerun: suffix drafting slower, outside both intervals; every other row as before.
+    text = _write(tmp_path, "second", _rerun_frames((0.80, 0.75, 0.85), geomean=(0.82, 0.80, 0.84)), "c2")
+    assert (folder / "previous" / "techniques.csv").read_text() == first
+    assert json.loads((folder / "previous" / "run.json").read_text())["commit"] == "c1"
+    assert not (folder / "previous" / "previous").exists()
+    own = sections(text)["default"]
+    assert check_section(own, tmp_path) == []
+    block = own.split("### Against the previous run", 1)[1].split("###", 1)[0]
+    assert "commit c1" in block and "results_tables/default/previous/techniques.csv" in block
+    rows = {r[0]: r for r in tables_of(block)[0][1][1:]}
+    suffix = rows["suffix drafting (best)"]
+    assert "1.28x" in suffix[2] and "0.80x" in suffix[3] and suffix[4] == "0.625"
+    assert suffix[5] == "slower" and suffix[7] == "slower"
+    assert rows["prompt lookup (best)"][5] == "same" and rows["prompt lookup (best)"][7] == "same"
+    assert "7 same, 1 slower" in block
+    # Written again from the same measurement: the previous run kept stays the first one.
+    _write(tmp_path, "third", _rerun_frames((0.80, 0.75, 0.85), geomean=(0.82, 0.80, 0.84)), "c2")
+    assert (folder / "previous" / "techniques.csv").read_text() == first
+    assert "commit c1" in (tmp_path / "RESULTS.md").read_text()
+
+
+def test_a_run_kept_before_run_json_is_named_from_its_section(tmp_path):
+    folder = tmp_path / "results_tables" / "default"
+    _write(tmp_path, "first", _rerun_frames(), "c1")
+    (folder / "run.json").unlink()
+    _write(tmp_path, "second", _rerun_frames((0.80, 0.75, 0.85)), "c2")
+    kept = json.loads((folder / "previous" / "run.json").read_text())
+    assert kept["commit"] == "c1" and kept["command"] == "snakemake --cores 1" and "UTC" in kept["measured"]
+    # Without a geometric mean in either run, the table compares the median speedup alone.
+    block = (tmp_path / "RESULTS.md").read_text().split("### Against the previous run", 1)[1]
+    assert "geomean" not in block.split("###", 1)[0]
 
 
 def test_a_macs_state_is_one_header_row_where_its_cells_recorded_it():

@@ -80,15 +80,19 @@ def loaded_blas() -> Optional[str]:
     return "bundled reference BLAS (mlx-cpu wheel)"
 
 
-def source_commit() -> Optional[str]:
+def source_commit(root: Optional[str] = None) -> Optional[str]:
     """The commit of the checkout this package runs from, with "+changes" where its tracked
-    files differ from it; None outside a git checkout (an installed wheel)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    root = os.path.dirname(root)
+    files differ from it; None outside a git checkout (an installed wheel). RESULTS.md and
+    results_tables/ are left out: `snakemake results` writes them into the checkout, and a cell
+    measured after it would otherwise be marked as run on changed code."""
+    if root is None:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         run = lambda *a: subprocess.run(["git", "-C", root, *a], capture_output=True, text=True, check=True).stdout
         commit = run("rev-parse", "--short=12", "HEAD").strip()
-        dirty = run("status", "--porcelain", "--untracked-files=no").strip()
+        dirty = run(
+            "status", "--porcelain", "--untracked-files=no", "--", ".", ":!RESULTS.md", ":!results_tables"
+        ).strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return commit + ("+changes" if dirty else "")

@@ -102,7 +102,9 @@ def provenance(cells: List[Dict], command: str) -> List[Tuple[str, str]]:
     """What made a run's figures, from what its cells recorded: (field, value) rows."""
     envs = _environments(cells)
     starts = [c["started_at"] for c in cells if c.get("started_at")]
-    ends = [c["started_at"] + c.get("wall_seconds", 0) for c in cells if c.get("started_at")]
+    # A cell merged from replicates spans from its first start to its last finish (its
+    # wall_seconds is their sum, not that span).
+    ends = [c.get("finished_at") or c["started_at"] + c.get("wall_seconds", 0) for c in cells if c.get("started_at")]
     rows = [
         ("command", f"`{command}`"),
         ("commit", _one([e.get("commit") for e in envs])),

@@ -4,7 +4,9 @@ The file holds one section per run (a run is named by its config files: `default
 `categories`, `categories+long_answers`, ...). Writing a run's section replaces that section
 and keeps every other one as it was, so the file is a snapshot of the runs last measured,
 each with its own command, commit, dates, versions and machine; re-measuring a run means
-writing its section again, never editing figures by hand. History lives in git.
+writing its section again, never editing figures by hand. The measurement a rerun replaces is
+kept beside the new one and compared with it in the new section (`previous_run.py`); older
+history lives in git.
 
 A section is meant to be read at a glance (`check_section` holds it to that):
 - it opens with at most three lines written from the data: what won and by how much, where
@@ -29,6 +31,8 @@ import shutil
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
+from .previous_run import PREVIOUS, RUN_FILE, previous_files, run_file
+from .provenance import provenance
 from .section import FORMAT, TABLES_DIR, full_tables, section
 from .section_check import check_section
 
@@ -116,10 +120,14 @@ def write_results(
     cells = [
         c for c in load_cells(list(cell_paths)) if isinstance(c, dict) and c.get("technique") and c.get("environment")
     ]
-    own = section(run, command, Path(results_dir), cells)
-    write_tables(
-        tables_dir if tables_dir is not None else Path(path).parent / TABLES_DIR, run, full_tables(results_dir, cells)
-    )
+    tables_dir = tables_dir if tables_dir is not None else Path(path).parent / TABLES_DIR
+    tables = full_tables(results_dir, cells)
+    tables[RUN_FILE] = run_file(provenance(cells, command))
+    # The measurement this one replaces, kept and compared (previous_run.py).
+    kept = previous_files(Path(tables_dir) / run, tables, sections(previous or "").get(run))
+    own = section(run, command, Path(results_dir), cells, previous=kept)
+    tables.update({f"{PREVIOUS}/{name}": text for name, text in kept.items()})
+    write_tables(tables_dir, run, tables)
     text = merged(previous, run, own)
     if section_path is not None:
         write_text(section_path, own)

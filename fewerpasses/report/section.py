@@ -13,6 +13,7 @@ from . import compact
 from .cell_tables import memory_frame, tree_frame, verify_frame
 from .comparison_rows import axis_rows
 from .line_fit import wrap
+from .previous_run import PREVIOUS, previous_table
 from .provenance import provenance, without_paths
 from .run_costs import costs
 from .section_summary import summary
@@ -104,7 +105,7 @@ def _frames(results_dir) -> Dict[str, Optional[pd.DataFrame]]:
     }
 
 
-def _layout(run, command, cells, frames, files, verdict, level: int) -> List[str]:
+def _layout(run, command, cells, frames, files, verdict, level: int, previous=None) -> List[str]:
     """The section's lines; a higher `level` gives up detail to stay within the section's
     lines: 1 the context lengths' rows, 2 each category's bounds, 3 each category's speedups
     (each row's best and worst category instead), 4 those of plain and the ceiling, 5 the
@@ -145,6 +146,15 @@ def _layout(run, command, cells, frames, files, verdict, level: int) -> List[str
                 " drafter's own cost, and with a flat verify curve"
             )
             lines += _block("What holds each drafting row back", [why], table, notes)
+    if previous and "techniques.csv" in previous and "techniques.csv" in files:
+        table, about, notes = previous_table(previous, files)
+        where = f"{TABLES_DIR}/{run}/{PREVIOUS}"
+        links = [
+            f"the measurement this run replaced ({', '.join(about)}): {link(PREVIOUS + '/techniques.csv')}",
+            f"each interval is over reruns; `python -m fewerpasses.report.compare {where} {TABLES_DIR}/{run}`"
+            " prints both intervals",
+        ]
+        lines += _block("Against the previous run", links, table, notes)
     cat, ctx = frames["by_category"], frames["by_context"]
     has_cat, has_ctx = axis_rows(cat, "category") is not None, axis_rows(ctx, "context") is not None
     if level >= 5 and has_cat:
@@ -179,14 +189,16 @@ def _layout(run, command, cells, frames, files, verdict, level: int) -> List[str
     return lines
 
 
-def section(run: str, command: str, results_dir, cells: List[Dict]) -> str:
-    """One run's section: what it found, what made it, then its compact tables, within
+def section(run: str, command: str, results_dir, cells: List[Dict], previous: Optional[Dict[str, str]] = None) -> str:
+    """One run's section: what it found, what made it, then its compact tables, and where the
+    run replaced an earlier measurement of itself (`previous`: that one's files, as
+    `previous_run.previous_files` keeps them), the two compared row by row; within
     `MAX_SECTION_LINES` lines where giving up detail allows it (the rest is in its CSVs)."""
     frames = _frames(results_dir)
     files = full_tables(results_dir, cells)
     verdict = run_verdict(cells)
     for level in range(6):
-        lines = _layout(run, command, cells, frames, files, verdict, level)
+        lines = _layout(run, command, cells, frames, files, verdict, level, previous)
         if len(lines) <= MAX_SECTION_LINES:
             break
     return without_paths("\n".join(lines)) + "\n"

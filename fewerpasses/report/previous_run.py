@@ -1,0 +1,129 @@
+"""A run's previous measurement, kept beside its tables and compared with the new one.
+
+Re-measuring a run replaces its section of RESULTS.md and its folder `results_tables/<run>/`.
+So that a rerun says whether its figures held, the measurement it replaces is kept under
+`results_tables/<run>/previous/` (its tables, its verdict, and `run.json`: the command, commit
+and dates that made it), and the new section compares the two row by row with `compare.py`:
+each run's figure with its interval over reruns, the ratio, whether each interval holds the
+other's figure, and the verdict (same, faster, slower or unsure), for the median speedup and
+for the geometric mean over categories. One previous run is kept; older ones are in git.
+
+Writing a section again from the same measurement (a techniques table equal to the one
+already kept) is not a rerun: the previous run kept with it stays as it was.
+"""
+
+import io
+import json
+import re
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import pandas as pd
+
+from . import compact
+from .compare import compare
+
+PREVIOUS = "previous"
+RUN_FILE = "run.json"
+# The header rows of a section that say which measurement it was (provenance.py).
+RUN_FIELDS = ("command", "commit", "measured")
+
+
+def run_file(rows: Sequence[Tuple[str, str]]) -> str:
+    """`run.json`: the header rows that name a measurement (command, commit, dates)."""
+    return json.dumps({k: v.strip("`") for k, v in rows if k in RUN_FIELDS}, indent=1) + "\n"
+
+
+def from_section(text: str) -> Dict[str, str]:
+    """The same fields, read from a section's header table, for a run kept before `run.json`."""
+    out = {}
+    for key in RUN_FIELDS:
+        m = re.search(rf"^\| {key} \| (.*) \|$", text or "", flags=re.M)
+        if m:
+            out[key] = m.group(1).strip().strip("`")
+    return out
+
+
+def _texts(folder: Path, skip: Optional[str] = None) -> Dict[str, str]:
+    return {
+        str(p.relative_to(folder)): p.read_text()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and (skip is None or p.relative_to(folder).parts[0] != skip)
+    }
+
+
+def previous_files(folder, tables: Dict[str, str], old_section: Optional[str] = None) -> Dict[str, str]:
+    """What to keep under `<folder>/previous/` when the run's new `tables` are written to
+    `folder`: the folder's own files where they are another measurement (a different techniques
+    table), with a `run.json` (from `old_section`, the section they were written with, where
+    they have none); the previous run already kept where they are the same measurement; else
+    nothing."""
+    folder = Path(folder)
+    old = folder / "techniques.csv"
+    if not old.is_file():
+        return {}
+    if tables.get("techniques.csv") == old.read_text():
+        kept = folder / PREVIOUS
+        return _texts(kept) if kept.is_dir() else {}
+    files = _texts(folder, skip=PREVIOUS)
+    if RUN_FILE not in files:
+        files[RUN_FILE] = json.dumps(from_section(old_section or ""), indent=1) + "\n"
+    return files
+
+
+def _run(name: str, files: Dict[str, str]) -> Dict:
+    verdict = files.get("verdict.json")
+    return {
+        "name": name,
+        "table": pd.read_csv(io.StringIO(files["techniques.csv"])),
+        "verdict": json.loads(verdict) if verdict else None,
+    }
+
+
+def comparison(previous: Dict[str, str], current: Dict[str, str]) -> pd.DataFrame:
+    """Row by row, the current run (B) against the previous (A): `compare.compare` on the
+    median speedup, with the geometric mean's ratio and verdict beside it."""
+    a, b = _run("previous", previous), _run("this run", current)
+    rows = compare(a, b, "speedup")
+    if "geomean" in a["table"] and "geomean" in b["table"]:
+        g = compare(a, b, "geomean")[["target", "technique", "config", "ratio", "verdict"]]
+        rows = rows.merge(g, on=["target", "technique", "config"], how="left", suffixes=("", "_geomean"))
+    return rows
+
+
+def _verdict_word(files: Dict[str, str]) -> str:
+    v = files.get("verdict.json")
+    if not v:
+        return "no verdict recorded"
+    v = json.loads(v)
+    return "valid" if v.get("valid") else "not valid"
+
+
+def previous_table(previous: Dict[str, str], current: Dict[str, str]) -> Tuple[List[str], List[str], List[str]]:
+    """The section's table against the previous run: (its lines, what the caption says of
+    the previous run, its notes: the count of each verdict)."""
+    rows = comparison(previous, current)
+    has_geo = "ratio_geomean" in rows
+    heads = ["target", "technique", "config", "previous", "this run", "ratio", "verdict"]
+    heads += ["geomean ratio", "geomean verdict"] if has_geo else []
+    body = []
+    for r in rows.to_dict("records"):
+        row = [
+            str(r["target"]),
+            str(r["technique"]),
+            "" if compact.is_missing(r["config"]) else str(r["config"]),
+            compact.with_interval(r["a"], r["a_low"], r["a_high"]),
+            compact.with_interval(r["b"], r["b_low"], r["b_high"]),
+            compact.number(r["ratio"], 3),
+            str(r["verdict"]),
+        ]
+        if has_geo:
+            row += [compact.number(r["ratio_geomean"], 3), str(r.get("verdict_geomean") or "-")]
+        body.append(row)
+    lines, notes = compact.render(heads, body, keep=0)
+    counts = rows.verdict.value_counts()
+    notes = [", ".join(f"{n} {v}" for v, n in counts.items()) + " (the median speedup)"] + notes
+    run = json.loads(previous.get(RUN_FILE) or "{}")
+    about = [f"{k} {run[k]}" for k in ("commit", "measured") if run.get(k)]
+    about.append(_verdict_word(previous))
+    return lines, about, notes
