@@ -255,6 +255,78 @@ def test_every_unrolled_step_is_scored_against_the_token_two_after_its_position(
         assert hits[j].item() == 10
 
 
+def _examples_with_soft(k=3):
+    """One example of prompt 3 + answer 7 tokens, with a top-k per answer token whose first id
+    is the answer token itself (the corpus is the target's greedy output)."""
+    from training.head_train import make_examples
+
+    tokens = np.array([5, 9, 14, 3, 7, 11, 2, 8, 21, 17], np.int32)
+    answer = tokens[3:]
+    ids = np.stack([answer, answer + 1, answer + 2], axis=1)[:, :k].astype(np.int32)
+    lp = np.log(np.tile([0.7, 0.2, 0.1][:k], (len(answer), 1))).astype(np.float32)
+    (ex,) = make_examples([(tokens[:3], answer)], [np.zeros((10, 192), np.float16)], [(ids, lp)])
+    return tokens, ex
+
+
+def test_soft_labels_are_the_targets_top_k_over_each_label():
+    """The top-k stored at answer token i is the distribution over the label of position
+    i + len(prompt) - 2: its first id is that label, wherever a label is an answer token."""
+    tokens, ex = _examples_with_soft()
+    at = ex["answer"]
+    assert (ex["soft_ids"][at, 0] == ex["label"][at]).all() and at.sum() == 7
+    assert (ex["soft_ids"][~at] == -1).all()
+    assert np.allclose(np.exp(ex["soft_lp"][at]).sum(-1), 1.0)
+
+
+def test_the_answer_only_lm_head_gives_the_same_loss_and_soft_labels_move_it(target):
+    """The LM head on the labelled positions alone (training's `positions`) gives the loss of
+    the full one; soft labels one-hot on the label give the hard loss, and others another."""
+    from training.head_train import collate, loss_fn
+
+    _, model = target
+    head = random_head(model)
+    embed = model.model.embed_tokens
+    tokens, ex = _examples_with_soft()
+    t2d = np.arange(model.args.vocab_size)
+    t2d[t2d >= 128] = -1
+    b = collate([ex], [0], t2d)
+    assert b.positions.tolist() == [1, 2, 3, 4, 5, 6, 7]
+    full, _ = loss_fn(head, embed, b.tokens, b.feats, b.labels, 3)
+    only, hits = loss_fn(head, embed, b.tokens, b.feats, b.labels, 3, b.positions)
+    assert abs(full.item() - only.item()) < 1e-5 and all(h.shape == () for h in hits)
+    one_hot = mx.where(mx.arange(3)[None] == 0, 1.0, 0.0) * mx.ones((7, 3))
+    hard_as_soft, _ = loss_fn(head, embed, b.tokens, b.feats, b.labels, 3, b.positions, b.soft_ids, one_hot, 1.0)
+    assert abs(hard_as_soft.item() - only.item()) < 1e-5
+    soft, _ = loss_fn(head, embed, b.tokens, b.feats, b.labels, 3, b.positions, b.soft_ids, b.soft_p, 0.5)
+    assert abs(soft.item() - only.item()) > 1e-4
+    assert np.allclose(np.array(b.soft_p).sum(-1), 1.0)
+
+
+def test_the_held_out_score_counts_a_label_outside_the_draft_vocabulary_as_a_miss(target):
+    from training.head_train import evaluate
+
+    _, model = target
+    head = random_head(model)
+    tokens, ex = _examples_with_soft()
+    inside = np.arange(model.args.vocab_size)
+    # The same draft vocabulary but for one answer label: one position fewer can be right.
+    outside = inside.copy()
+    outside[int(ex["label"][4])] = -1
+    a = evaluate(head, model.model.embed_tokens, [ex], [[0]], inside, 2)
+    b = evaluate(head, model.model.embed_tokens, [ex], [[0]], outside, 2)
+    assert a["positions"] == b["positions"] == 7
+
+
+def test_the_recorded_command_names_every_setting_off_its_default():
+    import argparse
+
+    from training.head_train import DEFAULTS, command
+
+    a = argparse.Namespace(target="t", out="models/x", **{**DEFAULTS, "ttt": 4, "soft_labels": 0.5})
+    assert command(a).endswith("--out models/x --ttt 4 --soft-labels 0.5")
+    assert command(argparse.Namespace(target="t", out="o", **DEFAULTS)).endswith("--out o")
+
+
 def test_the_head_is_scored_by_category_on_answers_it_never_trained_on(tmp_path):
     """training/head_eval.py: the target's own greedy answers to a prompt set, scored as the
     held-out prompts are, per category and over all; a prompt of two turns is left out."""
@@ -294,11 +366,13 @@ def test_training_builds_both_corpora_and_records_them(tmp_path):
     c1, c2, out = tmp_path / "c.npz", tmp_path / "cc.npz", tmp_path / "h"
     args = ["--target", str(target), "--out", str(out), "--corpus", str(c1), "--context-corpus", str(c2)]
     small = ["--prompts", "24", "--context-prompts", "10", "--max-tokens", "64", "--epochs", "1", "--draft-vocab", "64"]
-    record = main(args + small + ["--heldout", "4", "--warmup", "2"])
+    record = main(args + small + ["--heldout", "4", "--warmup", "2", "--soft-labels", "0.5"])
     assert [(c["prompts"], c["sha256"]) for c in record["corpus"]] == [(24, file_hash(c1)), (10, file_hash(c2))]
     assert record["train_prompts"] + record["heldout_prompts"] == 34
     assert record["epochs"][-1]["top1_by_step"][0] > record["heldout_init"]["top1_by_step"][0]
+    assert "--soft-labels 0.5" in record["command"] and record["settings"]["soft_labels"] == 0.5
     text = card(out)
+    assert "soft labels" in text and "a miss" in text
     assert "Then 10 context prompts" in text and file_hash(c2)[:16] in text
     load_head(out)  # written in the layout the pipeline loads
 

@@ -121,14 +121,14 @@ the pipeline's `head` and `hybrid` cells, and the target verifies every token.
   covering {_pct(t["draft_vocab_coverage_of_train_labels"])} of the training labels.
 - **Training**: EAGLE-3's training-time test with {s["ttt"]} unrolled steps (each step feeds the head's
   own previous output as the feature), cross-entropy on the target's greedy token two after
-  each position, weighted 0.8^step, on answer positions; AdamW (0.9, 0.95), peak lr {s["lr"]},
+  each position{_soft(s)}, weighted 0.8^step, on answer positions; AdamW (0.9, 0.95), peak lr {s["lr"]},
   {s["warmup"]} warm-up steps, cosine to a tenth, clip {s["clip"]}, batches of about {s["batch_tokens"]} positions,
   {s["epochs"]} epochs; the output starts as the target's (lm_head from its embedding rows, its final
   norm, `fc` reading the highest tap). Features {t["feature_seconds"] / 60:.1f} min, training {t["train_seconds"] / 60:.1f} min
   on {t["threads"]} cores (MLX, CPU).
-- **Held out** (teacher-forced top-1 against the target, by unrolled step):
+- **Held out** (teacher-forced top-1 against the target, by unrolled step; {t.get("heldout_scoring", SHIPPED_SCORING)}):
   {", ".join(_pct(x) for x in t["heldout_init"]["top1_by_step"])} at initialisation,
-  {", ".join(_pct(x) for x in last["top1_by_step"])} after training; a whole chain of 1, 2, 3 tokens right:
+  {", ".join(_pct(x) for x in last["top1_by_step"])} after training; a whole chain of {_lengths(last["chain_kept_by_length"])} tokens right:
   {", ".join(_pct(x) for x in last["chain_kept_by_length"])}. The held-out prompts share templates with the training
   prompts, so these overstate agreement on other prompts: the measured figures below do not.
 
@@ -152,6 +152,20 @@ trained on, no timing): `python -m training.head_eval {head_dir} --target resour
     if cell is not None:
         out += "\n## Measured\n\n" + measured_section(cell, cell_path) + "\n"
     return out
+
+
+# How a head trained before `heldout_scoring` was recorded was scored.
+SHIPPED_SCORING = "labels outside the draft vocabulary left out"
+
+
+def _lengths(values) -> str:
+    return ", ".join(str(i + 1) for i in range(len(values)))
+
+
+def _soft(settings) -> str:
+    """The soft labels' share of the loss, where training used them."""
+    w = settings.get("soft_labels", 0.0)
+    return f" ({1 - w:g}) and on the target's own top-k distribution there ({w:g}: soft labels)" if w else ""
 
 
 def main(argv=None):

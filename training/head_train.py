@@ -15,9 +15,13 @@ Steps, each seeded so that the command rebuilds the shipped head:
 4. training with EAGLE-3's training-time test: `--ttt` unrolled steps, step j feeding the
    head's own output of step j - 1 as the feature, attending to the real features' keys
    before it and to its own chain's keys, loss weighted 0.8^j, on answer positions whose
-   target token lies in the draft vocabulary;
+   target token lies in the draft vocabulary. The LM head runs on those positions alone. The
+   loss is the cross-entropy on the target's greedy token, mixed with weight `--soft-labels`
+   with the cross-entropy on the target's own top-k distribution there (stored with the
+   corpus, restricted to the draft vocabulary): distillation on soft labels;
 5. the head written in EAGLE-3's layout, with `training.json` (settings, data hash, held-out
-   acceptance per step, the loss curve).
+   acceptance per step, the loss curve). The held-out score counts every answer position,
+   those whose token lies outside the draft vocabulary as misses.
 """
 
 import argparse
@@ -26,11 +30,13 @@ import math
 import os
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from training.distill import load_corpus
 from training.head_data import build_context_corpus, build_corpus, file_hash, sequences
 
 DEFAULTS = dict(
@@ -47,7 +53,12 @@ DEFAULTS = dict(
     weight_decay=0.0,
     clip=1.0,
     heldout=60,
+    soft_labels=0.0,
 )
+
+
+# How `evaluate` counts, as training.json records it.
+HELDOUT_SCORING = "every answer position, a label outside the draft vocabulary a miss"
 
 
 def target_features(model, seqs: Sequence[Tuple[np.ndarray, np.ndarray]], taps: Sequence[int], log=print, dtype=None):
@@ -80,18 +91,32 @@ def draft_vocabulary(answers: Sequence[np.ndarray], size: int, vocab: int) -> np
     return np.sort(order[:size])
 
 
-def make_examples(seqs, feats) -> List[Dict]:
+def make_examples(seqs, feats, soft: Optional[Sequence[Tuple[np.ndarray, np.ndarray]]] = None) -> List[Dict]:
     """One example per sequence: tokens, features, and per position t the label of a step that
-    starts there (the token at t + 2), with the mask of labels the target wrote (the answer's)."""
+    starts there (the token at t + 2), with the mask of labels the target wrote (the answer's).
+    With `soft` (per sequence, the target's top-k ids and log-probabilities at each answer
+    token, as the corpus stores them), each answer position also gets the target's top-k
+    distribution over its label (`soft_ids`, -1 elsewhere; `soft_lp`)."""
     out = []
-    for (p, a), f in zip(seqs, feats):
+    for i, ((p, a), f) in enumerate(zip(seqs, feats)):
         tokens = np.concatenate([p, a]).astype(np.int32)
         n = len(tokens)
         label = np.full(n, -1, np.int32)
         label[: n - 2] = tokens[2:]
         answer = np.zeros(n, bool)
         answer[max(len(p) - 2, 0) : n - 2] = True
-        out.append({"tokens": tokens, "features": f, "label": label, "answer": answer})
+        ex = {"tokens": tokens, "features": f, "label": label, "answer": answer}
+        if soft is not None:
+            ids, lp = soft[i]
+            k = ids.shape[1]
+            ex["soft_ids"] = np.full((n, k), -1, np.int32)
+            ex["soft_lp"] = np.zeros((n, k), np.float32)
+            # The label at t is the token at t + 2: answer token t + 2 - len(p).
+            start = max(len(p) - 2, 0)
+            first = start + 2 - len(p)
+            ex["soft_ids"][start : n - 2] = ids[first:]
+            ex["soft_lp"][start : n - 2] = lp[first:]
+        out.append(ex)
     return out
 
 
@@ -112,7 +137,25 @@ def batches(examples: List[Dict], batch_tokens: int, rng: random.Random) -> List
     return out
 
 
-def collate(examples: List[Dict], idx: List[int], t2d: np.ndarray):
+@dataclass
+class Batch:
+    """A padded batch: tokens, features and draft-vocabulary labels ([B, L]; -1 where no label
+    or outside the draft vocabulary); `scored`, the answer positions that have a label at all
+    (those outside the draft vocabulary count as misses when scoring); `positions`, the flat
+    indices (into B x L) of the trained positions, where the label is in the draft vocabulary;
+    and, where the examples carry them, the target's top-k there as draft ids (-1: outside the
+    draft vocabulary) and probabilities renormalised over the draft vocabulary ([N, k])."""
+
+    tokens: object
+    feats: object
+    labels: object
+    scored: object
+    positions: object
+    soft_ids: object = None
+    soft_p: object = None
+
+
+def collate(examples: List[Dict], idx: List[int], t2d: np.ndarray) -> Batch:
     import mlx.core as mx
 
     L = max(len(examples[i]["tokens"]) for i in idx)
@@ -126,16 +169,37 @@ def collate(examples: List[Dict], idx: List[int], t2d: np.ndarray):
         e = examples[i]
         n = len(e["tokens"])
         tokens[b, :n], feats[b, :n], labels[b, :n], mask[b, :n] = e["tokens"], e["features"], e["label"], e["answer"]
-    valid = mask & (labels >= 0)
-    draft_labels = np.where(valid, t2d[np.maximum(labels, 0)], -1)
-    return mx.array(tokens), mx.array(feats).astype(mx.float32), mx.array(draft_labels)
+    scored = mask & (labels >= 0)
+    draft_labels = np.where(scored, t2d[np.maximum(labels, 0)], -1)
+    positions = np.flatnonzero(draft_labels.reshape(-1) >= 0).astype(np.int32)
+    batch = Batch(
+        mx.array(tokens),
+        mx.array(feats).astype(mx.float32),
+        mx.array(draft_labels),
+        mx.array(scored),
+        mx.array(positions),
+    )
+    if "soft_ids" in examples[idx[0]]:
+        k = examples[idx[0]]["soft_ids"].shape[1]
+        ids = np.full((B, L, k), -1, np.int32)
+        lp = np.zeros((B, L, k), np.float32)
+        for b, i in enumerate(idx):
+            n = len(examples[i]["tokens"])
+            ids[b, :n], lp[b, :n] = examples[i]["soft_ids"], examples[i]["soft_lp"]
+        ids, lp = ids.reshape(B * L, k)[positions], lp.reshape(B * L, k)[positions]
+        draft_ids = np.where(ids >= 0, t2d[np.maximum(ids, 0)], -1)
+        p = np.where(draft_ids >= 0, np.exp(lp), 0.0)
+        p = p / np.maximum(p.sum(-1, keepdims=True), 1e-12)
+        batch.soft_ids, batch.soft_p = mx.array(draft_ids.astype(np.int32)), mx.array(p.astype(np.float32))
+    return batch
 
 
-def ttt_forward(head, embed, tokens, feats, steps: int):
+def ttt_forward(head, embed, tokens, feats, steps: int, positions=None):
     """Logits of every unrolled step ([steps] x [B, L, N]); step j at position s predicts the
     token at s + 2, from step j - 1's output at s - 1 (step 0: the target's feature at s) and
     the embedding of the token at s + 1, attending to step 0's keys at positions <= s - j
-    and to its own chain's keys of steps 1..j."""
+    and to its own chain's keys of steps 1..j. Given `positions` (flat indices into B x L),
+    the LM head runs only there: [steps] x [len(positions), N]."""
     import mlx.core as mx
 
     layer = head.midlayer
@@ -175,7 +239,10 @@ def ttt_forward(head, embed, tokens, feats, steps: int):
         o = o.transpose(0, 2, 1, 3).reshape(B, L, -1)
         h = residual + attn.o_proj(o)
         out = h + layer.mlp(layer.post_attention_layernorm(h))
-        out_logits.append(head.lm_head(head.norm(out)))
+        if positions is None:
+            out_logits.append(head.lm_head(head.norm(out)))
+        else:
+            out_logits.append(head.lm_head(head.norm(out.reshape(B * L, -1)[positions])))
         # The next step at position s reads this step's output at s - 1, and the token after s.
         feature = _shift(out, 1, axis=1)
     return out_logits
@@ -194,15 +261,25 @@ def _shift(x, n: int, axis: int = 2):
     return mx.concatenate([mx.zeros(pad_shape, x.dtype), x[tuple(keep)]], axis=axis)
 
 
-def loss_fn(head, embed, tokens, feats, labels, steps: int):
+def loss_fn(
+    head, embed, tokens, feats, labels, steps: int, positions=None, soft_ids=None, soft_p=None, soft_weight=0.0
+):
+    """The weighted loss over the unrolled steps, and each step's count of top-1 hits. Given
+    `positions`, the LM head and the loss run there only (labels are then read there); given
+    the target's top-k there (`soft_ids`, `soft_p`), the loss is (1 - soft_weight) x the
+    cross-entropy on the label + soft_weight x the cross-entropy on that distribution."""
     import mlx.core as mx
     import mlx.nn as nn
 
     total, weight_sum, stats = 0.0, 0.0, []
-    for j, logits in enumerate(ttt_forward(head, embed, tokens, feats, steps)):
-        lab = labels
+    lab = labels if positions is None else labels.reshape(-1)[positions]
+    for j, logits in enumerate(ttt_forward(head, embed, tokens, feats, steps, positions)):
         m = lab >= 0
         ce = nn.losses.cross_entropy(logits, mx.maximum(lab, 0), reduction="none")
+        if soft_weight and soft_ids is not None:
+            logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+            soft = -(mx.take_along_axis(logp, mx.maximum(soft_ids, 0), axis=-1) * soft_p).sum(-1)
+            ce = (1 - soft_weight) * ce + soft_weight * soft
         n = mx.maximum(m.sum(), 1)
         step_loss = (ce * m).sum() / n
         total = total + (0.8**j) * step_loss
@@ -213,26 +290,27 @@ def loss_fn(head, embed, tokens, feats, labels, steps: int):
 
 def evaluate(head, embed, examples, idx_batches, t2d, steps: int) -> Dict:
     """Held-out top-1 agreement per step: step 0 is the first drafted token; step j given the
-    ones before it were right (teacher-forced), as a chain's j + 1-th token is kept."""
+    ones before it were right (teacher-forced), as a chain's j + 1-th token is kept. Every
+    answer position counts; one whose token lies outside the draft vocabulary is a miss."""
     import mlx.core as mx
 
     hits = np.zeros(steps)
     counts = np.zeros(steps)
     chain = np.zeros(steps)
     for idx in idx_batches:
-        tokens, feats, labels = collate(examples, idx, t2d)
-        logits = ttt_forward(head, embed, tokens, feats, steps)
+        batch = collate(examples, idx, t2d)
+        labels, m = batch.labels, batch.scored
+        logits = ttt_forward(head, embed, batch.tokens, batch.feats, steps)
         right_so_far = None
         for j, lg in enumerate(logits):
             lab = labels
-            m = lab >= 0
             ok = (mx.argmax(lg, -1) == lab) & m
             hits[j] += ok.sum().item()
             counts[j] += m.sum().item()
             # A whole chain: steps 0..j all right from the same start position.
             shifted = _unshift(ok, j)
             right_so_far = shifted if right_so_far is None else right_so_far & shifted
-            base = _unshift(m, j) & (labels >= 0)
+            base = _unshift(m, j) & m
             chain[j] += (right_so_far & base).sum().item()
     c0 = max(counts[0], 1)
     return {
@@ -277,6 +355,13 @@ def init_head(target, cfg, vocab_ids: np.ndarray, seed: int):
     return head
 
 
+def command(a) -> str:
+    """The command that trains this head: the target and output, and every setting given
+    other than its default."""
+    flags = [f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items() if k in DEFAULTS and v != DEFAULTS[k]]
+    return " ".join(["python -m training.head_train --target resources/models/smollm2/mlx --out", str(a.out), *flags])
+
+
 def write_head(
     out,
     head,
@@ -302,7 +387,7 @@ def write_head(
     save_head(head, out, t2d_size=cfg.vocab_size)
     params = sum(v.size for k, v in tree_flatten(head.parameters()) if k != "d2t")
     record = {
-        "command": "python -m training.head_train --target resources/models/smollm2/mlx --out " + str(out),
+        "command": command(a),
         "settings": vars(a),
         "seed": a.seed,
         "corpus": corpus_info,
@@ -315,6 +400,7 @@ def write_head(
         "feature_seconds": round(feature_s, 1),
         "train_seconds": round(train_s, 1),
         "threads": os.cpu_count(),
+        "heldout_scoring": HELDOUT_SCORING,
         "heldout_init": first,
         "epochs": curve,
         "weights_sha256": file_hash(out / "model.safetensors"),
@@ -401,7 +487,9 @@ def main(argv=None) -> Dict:
     vocab_ids = draft_vocabulary([seqs[i][1] for i in train], a.draft_vocab, cfg.vocab_size)
     t2d = np.full(cfg.vocab_size, -1, np.int64)
     t2d[vocab_ids] = np.arange(len(vocab_ids))
-    examples = make_examples(seqs, feats)
+    # The target's top-k at each answer token, as the corpora store them, for soft labels.
+    soft = [(ids, lp) for c in parts for _, _, ids, lp in load_corpus(c)] if a.soft_labels else None
+    examples = make_examples(seqs, feats, soft)
     train_ex, held_ex = [examples[i] for i in train], [examples[i] for i in held]
     answer_tokens = sum(int(e["answer"].sum()) for e in train_ex)
     covered = float(
@@ -424,16 +512,20 @@ def main(argv=None) -> Dict:
         return a.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
 
     opt = optim.AdamW(learning_rate=a.lr, betas=[0.9, 0.95], weight_decay=a.weight_decay)
-    grad_fn = nn.value_and_grad(head, lambda h, *xs: loss_fn(h, embed, *xs, a.ttt)[0])
+
+    def batch_loss(h, tokens, feats, labels, positions, soft_ids, soft_p):
+        return loss_fn(h, embed, tokens, feats, labels, a.ttt, positions, soft_ids, soft_p, a.soft_labels)[0]
+
+    grad_fn = nn.value_and_grad(head, batch_loss)
     curve, step = [], 0
     t1 = time.perf_counter()
     for epoch in range(a.epochs):
         shuffle = random.Random(a.seed * 1000 + epoch)
         losses = []
         for idx in batches(train_ex, a.batch_tokens, shuffle):
-            tokens, fb, labels = collate(train_ex, idx, t2d)
             opt.learning_rate = lr_at(step)
-            loss, grads = grad_fn(head, tokens, fb, labels)
+            b = collate(train_ex, idx, t2d)
+            loss, grads = grad_fn(head, b.tokens, b.feats, b.labels, b.positions, b.soft_ids, b.soft_p)
             grads, _ = optim.clip_grad_norm(grads, a.clip)
             opt.update(head, grads)
             mx.eval(head.parameters(), opt.state, loss)
