@@ -237,6 +237,71 @@ def test_the_context_prompts_share_no_prompt_with_a_measured_set():
         context_prompts(first[:1], answers[:1], 10)
 
 
+def test_extra_and_held_out_prompts_keep_the_shipped_list_and_their_own_templates():
+    """Extra prompts come after the shipped first corpus's list, which they leave as it was;
+    the held-out file's templates are used by no training file, and all are disjoint from
+    every measured text."""
+    from training.head_data import check_disjoint, head_prompts, heldout_prompts, measured_texts, shared_templates
+
+    shipped = head_prompts(300)
+    more = head_prompts(300, extra=200)
+    assert more[:300] == shipped and len(more) == 500 and [p["id"] for p in more] == list(range(500))
+    kinds = {p["category"] for p in more[300:]}
+    assert kinds == {"multistep_math", "reasoning"}
+    assert shared_templates() == []
+    held = heldout_prompts(120)
+    assert len(held) == 120 and not {p["text"] for p in held} & {p["text"] for p in more}
+    check_disjoint([p["text"] for p in more + held], measured_texts())
+
+
+def test_a_context_file_goes_on_from_its_base_with_long_documents_and_second_turns():
+    from training.head_data import ROOT, _normal, check_disjoint, context_prompts, context_spec, head_prompts
+    from training.head_data import measured_texts
+
+    source = ROOT / "training/prompts/head_context_long.yaml"
+    spec = context_spec(source)
+    base = context_spec(ROOT / "training/prompts/head_context.yaml")
+    assert spec["roles"] == base["roles"] and spec["tasks"]["rag"]["templates"] == base["tasks"]["rag"]["templates"]
+    first = head_prompts(300)
+    answers = [f"Answer {i}: {p['text']} " * 6 for i, p in enumerate(first)]
+    ctx = context_prompts(first, answers, 200, source=source)
+    by = {c: [p for p in ctx if p["category"] == c] for c in {p["category"] for p in ctx}}
+    assert len(by["long_document"]) == 50 and len(by["follow_up"]) == 60
+    for p in by["long_document"]:
+        assert "Document 2:" in p["text"] and len(p["text"].split()) * 4 >= 512 * 3
+    answer_of = {q["text"]: a.strip() for q, a in zip(first, answers)}
+    follow_ups = spec["tasks"]["follow_up"]["templates"]
+    for p in by["follow_up"]:
+        user, assistant, then = p["text"]
+        assert [m["role"] for m in p["text"]] == ["user", "assistant", "user"]
+        assert answer_of[user["content"]] == assistant["content"] and then["content"] in follow_ups
+    check_disjoint([p["text"] for p in ctx], measured_texts())
+    assert len({_normal(p["text"]) for p in ctx}) == 200
+    with pytest.raises(ValueError, match="overlaps the measured text"):
+        turn = [{"role": "user", "content": "hello"}, {"role": "user", "content": measured_texts()[3]}]
+        check_disjoint([turn], measured_texts())
+
+
+def test_a_corpus_answered_in_shards_is_the_one_answered_in_one_process(tmp_path):
+    """Two processes, each answering every other prompt, give the corpus one process gives,
+    in the prompts' order (greedy answers and their top-k)."""
+    from tiny_models import write_chat_teacher
+
+    from training.distill import generate_corpus, load_corpus
+
+    teacher = write_chat_teacher(tmp_path / "t")
+    prompts = [{"id": i, "category": "x", "text": f"Tell me about the number {i}."} for i in range(5)]
+    prompts.append({"id": 5, "category": "y", "text": [{"role": "user", "content": "Hi."}]})
+    one = generate_corpus(teacher, prompts, tmp_path / "one.npz", max_tokens=[8] * 6, log=lambda m: None)
+    two = generate_corpus(teacher, prompts, tmp_path / "two.npz", max_tokens=[8] * 6, log=lambda m: None, shards=2)
+    assert two["shards"] == 2 and "shards" not in one
+    keys = ("prompts", "prompt_tokens", "answer_tokens")
+    assert {k: one[k] for k in keys} == {k: two[k] for k in keys}
+    for a, b in zip(load_corpus(tmp_path / "one.npz"), load_corpus(tmp_path / "two.npz")):
+        assert all(np.array_equal(x, y) for x, y in zip(a[:3], b[:3])) and np.allclose(a[3], b[3], atol=1e-2)
+    assert json.loads((tmp_path / "two.json").read_text())["prompts"] == prompts
+
+
 def test_every_unrolled_step_is_scored_against_the_token_two_after_its_position(target):
     """Step j at position s drafts the token at s + 2 (its chain started at s - j): labels are
     not shifted by the step. Labels made from each step's own argmax are then all right."""
@@ -375,6 +440,29 @@ def test_training_builds_both_corpora_and_records_them(tmp_path):
     assert "soft labels" in text and "a miss" in text
     assert "Then 10 context prompts" in text and file_hash(c2)[:16] in text
     load_head(out)  # written in the layout the pipeline loads
+
+
+def test_training_holds_out_a_corpus_of_its_own_templates(tmp_path):
+    """With a held-out file, the held-out prompts are a corpus of their own templates, every
+    training prompt is trained on, and extra prompts join the first corpus."""
+    from tiny_models import write_chat_teacher
+
+    from training.head_card import card
+    from training.head_train import main
+
+    target = write_chat_teacher(tmp_path / "t")
+    c1, held, out = tmp_path / "c.npz", tmp_path / "held.npz", tmp_path / "h"
+    args = ["--target", str(target), "--out", str(out), "--corpus", str(c1), "--heldout-corpus", str(held)]
+    small = ["--prompts", "16", "--extra-prompts", "6", "--context-prompts", "0", "--max-tokens", "24"]
+    more = ["--epochs", "1", "--draft-vocab", "64", "--heldout", "5", "--warmup", "2", "--ttt", "4"]
+    record = main(args + small + more + ["--heldout-file", "training/prompts/head_heldout.yaml"])
+    assert [c["prompts"] for c in record["corpus"]] == [22, 5]
+    assert record["train_prompts"] == 22 and record["heldout_prompts"] == 5
+    assert len(record["epochs"][-1]["top1_by_step"]) == 4
+    assert "--extra-prompts 6" in record["command"] and "--heldout-file" in record["command"]
+    text = card(out)
+    assert "6 of them from `training/prompts/head_extra.yaml`" in text and "which no training file uses" in text
+    assert "share templates" not in text and "a whole chain of 1, 2, 3, 4 tokens" in text
 
 
 def test_the_card_sets_the_first_kept_share_against_the_break_even_acceptance():

@@ -145,13 +145,26 @@ def make_prompts(n: int, seed: int = 0, exclude: Iterable[str] = (), source=PROM
 
 
 def generate_corpus(
-    teacher, prompts: List[Dict], out: Path, *, max_tokens: List[int], batch_size: int = 64, top_k: int = 8, log=print
+    teacher,
+    prompts: List[Dict],
+    out: Path,
+    *,
+    max_tokens: List[int],
+    batch_size: int = 64,
+    top_k: int = 8,
+    log=print,
+    shards: int = 1,
 ) -> Dict:
     """The teacher's greedy answers, with its top-k log-probabilities at each answer position.
 
     Writes `out` (.npz): prompt and answer token ids (concatenated, with offsets) and the top-k
-    ids and log-probabilities of every answer token (the end-of-turn token included).
+    ids and log-probabilities of every answer token (the end-of-turn token included). A
+    prompt's text may be a list of chat messages (a conversation to go on with). With `shards`
+    above 1, that many processes (each with one BLAS thread) answer every `shards`-th prompt,
+    and their files are merged in the prompts' order (`teacher` must then be a path).
     """
+    if shards > 1:
+        return _generate_sharded(teacher, prompts, out, max_tokens, batch_size, top_k, log, shards)
     import mlx.core as mx
     from mlx_lm import load
     from mlx_lm.generate import BatchGenerator
@@ -199,6 +212,15 @@ def generate_corpus(
                     )
     gen.close()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    tk_ids = [np.stack(t) for t in tk_ids]
+    tk_lp = [np.stack(t) for t in tk_lp]
+    stopped = sum(1 for a in answers if a and a[-1] in eos)
+    info = {"answers_ended_by_eos": stopped, "top_k": top_k, "batch_size": batch_size, "wall_s": wall, "cpu_s": cpu}
+    return write_corpus(out, prompts, max_tokens, ids, answers, tk_ids, tk_lp, info)
+
+
+def write_corpus(out: Path, prompts, max_tokens, ids, answers, tk_ids, tk_lp, info: Dict) -> Dict:
+    """Write a corpus (.npz, and its prompts and info as .json beside it); returns the info."""
     flat = lambda xs: np.concatenate([np.asarray(x, dtype=np.int32) for x in xs]) if xs else np.zeros(0, np.int32)
     offsets = lambda xs: np.cumsum([0] + [len(x) for x in xs]).astype(np.int64)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -208,23 +230,87 @@ def generate_corpus(
         prompt_offsets=offsets(ids),
         answer_ids=flat(answers),
         answer_offsets=offsets(answers),
-        topk_ids=np.concatenate([np.stack(t) for t in tk_ids]).astype(np.int32),
-        topk_logprobs=np.concatenate([np.stack(t) for t in tk_lp]).astype(np.float16),
+        topk_ids=np.concatenate(tk_ids).astype(np.int32),
+        topk_logprobs=np.concatenate(tk_lp).astype(np.float16),
     )
-    stopped = sum(1 for a in answers if a and a[-1] in eos)
     info = {
         "prompts": len(prompts),
         "prompt_tokens": int(sum(len(x) for x in ids)),
         "answer_tokens": int(sum(len(a) for a in answers)),
-        "answers_ended_by_eos": stopped,
+        "answers_ended_by_eos": info["answers_ended_by_eos"],
         "max_tokens": sorted(set(max_tokens)),
-        "top_k": top_k,
-        "batch_size": batch_size,
-        "wall_s": round(wall, 1),
-        "cpu_s": round(cpu, 1),
+        "top_k": info["top_k"],
+        "batch_size": info["batch_size"],
+        "wall_s": round(info["wall_s"], 1),
+        "cpu_s": round(info["cpu_s"], 1),
+        **({"shards": info["shards"]} if info.get("shards", 1) > 1 else {}),
     }
     (out.with_suffix(".json")).write_text(json.dumps({"info": info, "prompts": prompts}, indent=1))
     return info
+
+
+def _shard(job) -> Dict:
+    """One shard's answers (in a process of its own): generate_corpus on its prompts."""
+    teacher, prompts, out, max_tokens, batch_size, top_k = job
+    return generate_corpus(
+        teacher, prompts, Path(out), max_tokens=max_tokens, batch_size=batch_size, top_k=top_k, log=lambda m: None
+    )
+
+
+def _generate_sharded(teacher, prompts, out: Path, max_tokens, batch_size, top_k, log, shards: int) -> Dict:
+    """generate_corpus over `shards` processes, each with one BLAS thread, merged in order."""
+    import multiprocessing
+    import os
+    import tempfile
+
+    if not isinstance(teacher, (str, Path)):
+        raise ValueError("a sharded corpus needs the teacher's path: each shard loads it in its own process")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=Path(out).parent if Path(out).parent.is_dir() else None) as tmp:
+        jobs = [
+            (
+                str(teacher),
+                prompts[k::shards],
+                str(Path(tmp) / f"shard{k}.npz"),
+                max_tokens[k::shards],
+                batch_size,
+                top_k,
+            )
+            for k in range(shards)
+        ]
+        threads = {k: os.environ.get(k) for k in ("MKL_NUM_THREADS", "OMP_NUM_THREADS", "MKL_DOMAIN_NUM_THREADS")}
+        os.environ.update(MKL_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_DOMAIN_NUM_THREADS="MKL_DOMAIN_ALL=1")
+        try:
+            with multiprocessing.get_context("spawn").Pool(shards) as pool:
+                infos = pool.map(_shard, jobs)
+        finally:
+            for k, v in threads.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        parts = [load_corpus(Path(j[2])) for j in jobs]
+    # Prompt i was shard i % shards's (i // shards)-th.
+    items = [parts[i % shards][i // shards] for i in range(len(prompts))]
+    info = {
+        "answers_ended_by_eos": sum(i["answers_ended_by_eos"] for i in infos),
+        "top_k": top_k,
+        "batch_size": batch_size,
+        "wall_s": time.perf_counter() - t0,
+        "cpu_s": sum(i["cpu_s"] for i in infos),
+        "shards": shards,
+    }
+    log(json.dumps({"shards": shards, "wall_s": round(info["wall_s"], 1), "cpu_s": round(info["cpu_s"], 1)}))
+    return write_corpus(
+        out,
+        prompts,
+        max_tokens,
+        [it[0] for it in items],
+        [it[1] for it in items],
+        [it[2] for it in items],
+        [it[3] for it in items],
+        info,
+    )
 
 
 def load_corpus(path: Path) -> List[tuple]:

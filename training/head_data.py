@@ -10,6 +10,15 @@ answers as documents to summarise, quote or extract from, German sentences of th
 translate, and roles to play, and they are refused in the same way. `check_disjoint` proves
 it again on each written list (tests/test_head.py runs it on both).
 
+Beyond what the shipped head was trained on, three options (each off by default, so that the
+shipped head's command rebuilds it): `extra` prompts from training/prompts/head_extra.yaml
+(reasoning and multi-step arithmetic) join the first corpus; a context file may go on from a
+base file (training/prompts/head_context_long.yaml) with documents of several answers, at
+least `long_doc_tokens` tokens long, and conversations of two turns, whose first answer is the
+target's own; and a held-out corpus comes from training/prompts/head_heldout.yaml, whose
+templates no training file uses (`shared_templates` checks it), so that the held-out score is
+on prompts of another form than the training ones.
+
 The features the head reads are not stored: `features` recomputes them from the target, one
 forward pass per sequence, when training starts.
 """
@@ -18,13 +27,15 @@ import hashlib
 import json
 import random
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-from training.distill import generate_corpus, load_corpus, make_prompts
+from training.distill import PROMPTS_FILE, generate_corpus, load_corpus, load_prompt_lists, make_prompts
 
 ROOT = Path(__file__).resolve().parent.parent
+EXTRA_FILE = ROOT / "training/prompts/head_extra.yaml"
+HELDOUT_FILE = ROOT / "training/prompts/head_heldout.yaml"
 
 
 def measured_texts(root: Optional[Path] = None) -> List[str]:
@@ -43,7 +54,10 @@ def measured_texts(root: Optional[Path] = None) -> List[str]:
     return out
 
 
-def _normal(text: str) -> str:
+def _normal(text) -> str:
+    """A text (or a conversation: every message's content) in lower case, spaces collapsed."""
+    if isinstance(text, list):
+        text = "\n".join(m["content"] for m in text)
     return " ".join(text.lower().split())
 
 
@@ -63,10 +77,45 @@ def check_disjoint(prompts: Iterable[str], measured: Iterable[str]) -> None:
             raise ValueError(f"training prompt {p!r} overlaps the measured text {b[:80]!r}")
 
 
-def head_prompts(n: int, seed: int = 0) -> List[Dict]:
-    """n training prompts, none overlapping a measured text."""
+def head_prompts(n: int, seed: int = 0, extra: int = 0, extra_source=EXTRA_FILE) -> List[Dict]:
+    """n training prompts, then `extra` from `extra_source`, none overlapping a measured text."""
     measured = measured_texts()
     prompts = make_prompts(n, seed=seed, exclude=measured)
+    if extra:
+        more = make_prompts(extra, seed=seed, exclude=measured, source=extra_source)
+        prompts += [dict(p, id=len(prompts) + i) for i, p in enumerate(more)]
+    check_disjoint([p["text"] for p in prompts], measured)
+    return prompts
+
+
+def templates_of(path) -> List[str]:
+    """Every template of a prompt file: a distill.yaml-style one's categories, or a context
+    file's tasks (with its base's)."""
+    import yaml
+
+    spec = yaml.safe_load(Path(path).read_text()) or {}
+    if "categories" in spec:
+        return [t for c in load_prompt_lists(path)["categories"].values() for t in c["templates"]]
+    return [t for task in context_spec(path)["tasks"].values() for t in task["templates"]]
+
+
+def shared_templates(heldout=HELDOUT_FILE, training=(PROMPTS_FILE, EXTRA_FILE, None)) -> List[str]:
+    """The templates of `heldout` that a training file also has (None: the context files)."""
+    files = [f for f in training if f is not None]
+    if None in training:
+        files += sorted((ROOT / "training/prompts").glob("head_context*.yaml"))
+    used = {_normal(t) for f in files for t in templates_of(f)}
+    return [t for t in templates_of(heldout) if _normal(t) in used]
+
+
+def heldout_prompts(n: int, seed: int = 0, source=HELDOUT_FILE) -> List[Dict]:
+    """n held-out prompts from `source`, whose templates no training file uses, none
+    overlapping a measured text."""
+    shared = shared_templates(source)
+    if shared:
+        raise ValueError(f"{source}: templates also used in training: {shared[:3]}")
+    measured = measured_texts()
+    prompts = make_prompts(n, seed=seed, exclude=measured, source=source)
     check_disjoint([p["text"] for p in prompts], measured)
     return prompts
 
@@ -79,10 +128,33 @@ def file_hash(path: Path) -> str:
     return h.hexdigest()
 
 
-def build_corpus(target: Path, out: Path, n: int, seed: int, max_tokens: int, batch_size: int = 64, log=print) -> Dict:
-    """The target's greedy answers to `head_prompts(n, seed)`, written to `out` (.npz, as
-    training/distill.py writes a corpus), with its info and hash."""
-    prompts = head_prompts(n, seed)
+def build_corpus(
+    target: Path,
+    out: Path,
+    n: int,
+    seed: int,
+    max_tokens: int,
+    batch_size: int = 64,
+    log=print,
+    extra: int = 0,
+    shards: int = 1,
+) -> Dict:
+    """The target's greedy answers to `head_prompts(n, seed, extra)`, written to `out` (.npz,
+    as training/distill.py writes a corpus), with its info and hash."""
+    prompts = head_prompts(n, seed, extra)
+    info = generate_corpus(
+        target, prompts, out, max_tokens=[max_tokens] * len(prompts), batch_size=batch_size, log=log, shards=shards
+    )
+    info["sha256"] = file_hash(out)
+    return info
+
+
+def build_heldout_corpus(
+    target: Path, out: Path, n: int, seed: int, max_tokens: int, batch_size: int = 64, log=print, source=HELDOUT_FILE
+) -> Dict:
+    """The target's greedy answers to `heldout_prompts(n, seed, source)`, written to `out` as
+    build_corpus writes one."""
+    prompts = heldout_prompts(n, seed, source)
     info = generate_corpus(target, prompts, out, max_tokens=[max_tokens] * len(prompts), batch_size=batch_size, log=log)
     info["sha256"] = file_hash(out)
     return info
@@ -91,13 +163,47 @@ def build_corpus(target: Path, out: Path, n: int, seed: int, max_tokens: int, ba
 CONTEXT_FILE = ROOT / "training/prompts/head_context.yaml"
 
 
-def context_prompts(first: List[Dict], answers: List[str], n: int, seed: int = 0, source=CONTEXT_FILE) -> List[Dict]:
-    """n prompts of head_context.yaml's tasks, none overlapping a measured text. `first` is the
-    first corpus's prompts and `answers` the target's answers to them (texts): a prose answer
-    is a {doc}, its prompt the {question}; German text and roles come from the file itself."""
+def context_spec(source=CONTEXT_FILE) -> Dict:
+    """A context file, gone on from its `base` where it names one: the base's lists and
+    settings unless the file sets its own, and its tasks, where a task without templates takes
+    the base's task of that name."""
     import yaml
 
-    spec = yaml.safe_load(Path(source).read_text())
+    source = Path(source)
+    spec = yaml.safe_load(source.read_text()) or {}
+    if "base" not in spec:
+        return spec
+    base = context_spec(source.parent / spec["base"])
+    tasks = {}
+    for name, task in (spec.get("tasks") or {}).items():
+        if "templates" not in task:
+            if name not in base["tasks"]:
+                raise ValueError(f"{source}: task {name} has no templates and its base has no such task")
+            task = {**base["tasks"][name], **task}
+        tasks[name] = task
+    return {**base, **{k: v for k, v in spec.items() if k != "base"}, "tasks": tasks}
+
+
+def _long_doc(docs, rng: random.Random, tokens: int) -> Tuple[str, str]:
+    """Documents joined until about `tokens` tokens (4 tokens to 3 words), numbered, and the
+    question one of them answers."""
+    parts, words = [], 0
+    while words * 4 < tokens * 3:
+        q, d = docs[rng.randrange(len(docs))]
+        parts.append((q, d))
+        words += len(d.split())
+    text = "\n\n".join(f"Document {i + 1}:\n{d}" for i, (_, d) in enumerate(parts))
+    return text, parts[rng.randrange(len(parts))][0]
+
+
+def context_prompts(first: List[Dict], answers: List[str], n: int, seed: int = 0, source=CONTEXT_FILE) -> List[Dict]:
+    """n prompts of a context file's tasks, none overlapping a measured text. `first` is the
+    first corpus's prompts and `answers` the target's answers to them (texts): a prose answer
+    is a {doc}, its prompt the {question}; German text and roles come from the file itself. A
+    template with {long} gets several documents of at least the file's `long_doc_tokens`
+    tokens (and {question} then asks of one of them); a task with `turns: true` is a
+    conversation: the {question}, the target's own answer to it, then the template."""
+    spec = context_spec(source)
     rng = random.Random(seed)
     docs = [
         (p["text"], a.strip())
@@ -124,7 +230,16 @@ def context_prompts(first: List[Dict], answers: List[str], n: int, seed: int = 0
                 "de": " ".join(rng.sample(german, rng.randint(2, 4))),
                 **roles[rng.randrange(len(roles))],
             }
-            text = templates[rng.randrange(len(templates))].format(**fill)
+            template = templates[rng.randrange(len(templates))]
+            if "{long}" in template:
+                fill["long"], fill["question"] = _long_doc(docs, rng, spec["long_doc_tokens"])
+            text = template.format(**fill)
+            if tasks[task].get("turns"):
+                text = [
+                    {"role": "user", "content": question},
+                    {"role": "assistant", "content": doc},
+                    {"role": "user", "content": text},
+                ]
             low = _normal(text)
             if low in seen or _overlap(text, measured) is not None:
                 continue
@@ -136,19 +251,31 @@ def context_prompts(first: List[Dict], answers: List[str], n: int, seed: int = 0
 
 
 def build_context_corpus(
-    target: Path, first: Path, out: Path, n: int, seed: int, max_tokens: int, batch_size: int = 32, log=print
+    target: Path,
+    first: Path,
+    out: Path,
+    n: int,
+    seed: int,
+    max_tokens: int,
+    batch_size: int = 32,
+    log=print,
+    source=CONTEXT_FILE,
+    shards: int = 1,
 ) -> Dict:
-    """The target's greedy answers to `context_prompts` over the first corpus `first`, written
-    to `out` as build_corpus writes one."""
+    """The target's greedy answers to `context_prompts` (from the context file `source`) over
+    the first corpus `first`, written to `out` as build_corpus writes one."""
     from mlx_lm import load
 
     model, tok = load(str(target))
     eos = set(tok.eos_token_ids)
     prompts = json.loads(first.with_suffix(".json").read_text())["prompts"]
     answers = [tok.decode([t for t in a.tolist() if t not in eos]) for _, a in sequences(first)]
-    ctx = context_prompts(prompts, answers, n, seed)
+    ctx = context_prompts(prompts, answers, n, seed, source)
     check_disjoint([p["text"] for p in ctx], measured_texts())
-    info = generate_corpus((model, tok), ctx, out, max_tokens=[max_tokens] * len(ctx), batch_size=batch_size, log=log)
+    teacher = target if shards > 1 else (model, tok)
+    info = generate_corpus(
+        teacher, ctx, out, max_tokens=[max_tokens] * len(ctx), batch_size=batch_size, log=log, shards=shards
+    )
     info["sha256"] = file_hash(out)
     return info
 

@@ -25,6 +25,7 @@ Steps, each seeded so that the command rebuilds the shipped head:
 """
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -37,7 +38,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from training.distill import load_corpus
-from training.head_data import build_context_corpus, build_corpus, file_hash, sequences
+from training.head_data import (
+    ROOT,
+    build_context_corpus,
+    build_corpus,
+    build_heldout_corpus,
+    file_hash,
+    sequences,
+)
 
 DEFAULTS = dict(
     prompts=1200,
@@ -54,6 +62,10 @@ DEFAULTS = dict(
     clip=1.0,
     heldout=60,
     soft_labels=0.0,
+    extra_prompts=0,
+    context_file="training/prompts/head_context.yaml",
+    heldout_file="",
+    shards=1,
 )
 
 
@@ -423,6 +435,7 @@ def main(argv=None) -> Dict:
     ap.add_argument("--out", default="models/smollm2-head")
     ap.add_argument("--corpus", default="resources/head/smollm2-corpus.npz")
     ap.add_argument("--context-corpus", default="resources/head/smollm2-corpus-context.npz")
+    ap.add_argument("--heldout-corpus", default="resources/head/smollm2-corpus-heldout.npz")
     for k, v in DEFAULTS.items():
         ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v)
     a = ap.parse_args(argv)
@@ -436,15 +449,38 @@ def main(argv=None) -> Dict:
     corpus = Path(a.corpus)
     if not corpus.is_file():
         log(json.dumps({"corpus": str(corpus), "building": True}))
-        build_corpus(Path(a.target), corpus, a.prompts, a.seed, a.max_tokens, log=log)
+        build_corpus(
+            Path(a.target), corpus, a.prompts, a.seed, a.max_tokens, log=log, extra=a.extra_prompts, shards=a.shards
+        )
     seqs = sequences(corpus)
-    if len(seqs) != a.prompts:
-        raise SystemExit(f"{corpus} has {len(seqs)} prompts, not --prompts {a.prompts}: delete it to rebuild")
+    if len(seqs) != a.prompts + a.extra_prompts:
+        raise SystemExit(
+            f"{corpus} has {len(seqs)} prompts, not --prompts {a.prompts} + --extra-prompts {a.extra_prompts}:"
+            " delete it to rebuild"
+        )
     context = Path(a.context_corpus)
     if a.context_prompts and not context.is_file():
         log(json.dumps({"corpus": str(context), "building": True}))
-        build_context_corpus(Path(a.target), corpus, context, a.context_prompts, a.seed, a.max_tokens, log=log)
-    parts = [corpus] + ([context] if a.context_prompts else [])
+        build_context_corpus(
+            Path(a.target),
+            corpus,
+            context,
+            a.context_prompts,
+            a.seed,
+            a.max_tokens,
+            log=log,
+            source=ROOT / a.context_file,
+            shards=a.shards,
+        )
+    # A held-out corpus of its own templates, where a file names them; else held-out prompts
+    # are drawn from the training corpora.
+    heldout_corpus = Path(a.heldout_corpus) if a.heldout_file else None
+    if heldout_corpus is not None and not heldout_corpus.is_file():
+        log(json.dumps({"corpus": str(heldout_corpus), "building": True}))
+        build_heldout_corpus(
+            Path(a.target), heldout_corpus, a.heldout, a.seed, a.max_tokens, log=log, source=ROOT / a.heldout_file
+        )
+    parts = [corpus] + ([context] if a.context_prompts else []) + ([heldout_corpus] if heldout_corpus else [])
     corpus_info = [
         {**json.loads(c.with_suffix(".json").read_text())["info"], "sha256": file_hash(c), "path": str(c)}
         for c in parts
@@ -453,6 +489,12 @@ def main(argv=None) -> Dict:
         more = sequences(context)
         if len(more) != a.context_prompts:
             raise SystemExit(f"{context} has {len(more)} prompts, not --context-prompts {a.context_prompts}")
+        seqs = seqs + more
+    n_train = len(seqs)
+    if heldout_corpus is not None:
+        more = sequences(heldout_corpus)
+        if len(more) != a.heldout:
+            raise SystemExit(f"{heldout_corpus} has {len(more)} prompts, not --heldout {a.heldout}")
         seqs = seqs + more
     model, _ = load(a.target)
     tcfg = model.args
@@ -472,7 +514,8 @@ def main(argv=None) -> Dict:
     taps = cfg.taps(len(model.layers))
     cfg = HeadConfig(**{**cfg.__dict__, "layer_ids": taps})
     t0 = time.perf_counter()
-    cached = corpus.with_name(corpus.stem + f"-features-{'-'.join(map(str, taps))}-{len(seqs)}.npz")
+    digest = hashlib.sha256("".join(c["sha256"] for c in corpus_info).encode()).hexdigest()[:12]
+    cached = corpus.with_name(corpus.stem + f"-features-{'-'.join(map(str, taps))}-{len(seqs)}-{digest}.npz")
     if cached.is_file():
         z = np.load(cached)
         feats = [z[str(i)] for i in range(len(seqs))]
@@ -480,10 +523,13 @@ def main(argv=None) -> Dict:
         feats = target_features(model, seqs, taps, log=log)
         np.savez(cached, **{str(i): f for i, f in enumerate(feats)})
     feature_s = time.perf_counter() - t0
-    rng = random.Random(a.seed)
-    order = list(range(len(seqs)))
-    rng.shuffle(order)
-    held, train = sorted(order[: a.heldout]), sorted(order[a.heldout :])
+    if heldout_corpus is not None:
+        held, train = list(range(n_train, len(seqs))), list(range(n_train))
+    else:
+        rng = random.Random(a.seed)
+        order = list(range(len(seqs)))
+        rng.shuffle(order)
+        held, train = sorted(order[: a.heldout]), sorted(order[a.heldout :])
     vocab_ids = draft_vocabulary([seqs[i][1] for i in train], a.draft_vocab, cfg.vocab_size)
     t2d = np.full(cfg.vocab_size, -1, np.int64)
     t2d[vocab_ids] = np.arange(len(vocab_ids))
