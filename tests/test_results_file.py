@@ -629,8 +629,9 @@ def test_writing_a_run_replaces_its_section_and_tables_and_keeps_the_others(tmp_
     # The run's full tables, rewritten: a file of an earlier write is gone.
     folder = tmp_path / "results_tables" / "default"
     assert not stale.exists()
-    # The same measurement written again keeps no previous run: there is none to compare with.
+    # The first write, another measurement (another commit), is kept as the previous run.
     assert {p.name for p in folder.iterdir()} == {
+        "previous",
         "run.json",
         "verdict.json",
         "techniques.csv",
@@ -694,6 +695,22 @@ def test_a_rerun_keeps_the_measurement_it_replaces_and_compares_with_it(tmp_path
     _write(tmp_path, "third", _rerun_frames((0.80, 0.75, 0.85), geomean=(0.82, 0.80, 0.84)), "c2")
     assert (folder / "previous" / "techniques.csv").read_text() == first
     assert "commit c1" in (tmp_path / "RESULTS.md").read_text()
+
+
+def test_the_comparison_gives_up_unmoved_rows_then_every_row_to_keep_a_section_short(tmp_path):
+    from fewerpasses.report.previous_run import previous_table
+
+    folder = tmp_path / "results_tables" / "default"
+    _write(tmp_path, "first", _rerun_frames(geomean=(1.30, 1.26, 1.34)), "c1")
+    _write(tmp_path, "second", _rerun_frames((0.80, 0.75, 0.85), geomean=(0.82, 0.80, 0.84)), "c2")
+    files = lambda f: {p.name: p.read_text() for p in f.iterdir() if p.is_file()}  # noqa: E731
+    previous, current = files(folder / "previous"), files(folder)
+    full, _, notes = previous_table(previous, current, detail=0)
+    moved, _, moved_notes = previous_table(previous, current, detail=1)
+    none, about, none_notes = previous_table(previous, current, detail=2)
+    assert len(full) == 2 + 8 and len(moved) == 2 + 1 and "suffix drafting (best)" in moved[2]
+    assert none == [] and "7 same, 1 slower (the median speedup)" in none_notes and "commit c1" in about
+    assert notes[0] == moved_notes[0] == none_notes[0]
 
 
 def test_a_run_kept_before_run_json_is_named_from_its_section(tmp_path):

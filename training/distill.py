@@ -163,6 +163,7 @@ def generate_corpus(
     above 1, that many processes (each with one BLAS thread) answer every `shards`-th prompt,
     and their files are merged in the prompts' order (`teacher` must then be a path).
     """
+    shards = min(shards, len(prompts))
     if shards > 1:
         return _generate_sharded(teacher, prompts, out, max_tokens, batch_size, top_k, log, shards)
     import mlx.core as mx

@@ -31,7 +31,8 @@ def calibration_prompts(n: int, seed: int, training: Dict) -> List[Dict]:
     from training.distill import make_prompts
     from training.head_data import check_disjoint, head_prompts, measured_texts
 
-    trained = [p["text"] for p in head_prompts(training["prompts"], training["seed"])]
+    extra = training.get("extra_prompts", 0)
+    trained = [p["text"] for p in head_prompts(training["prompts"], training["seed"], extra)]
     measured = measured_texts()
     prompts = make_prompts(n, seed=seed, exclude=trained + measured)
     check_disjoint([p["text"] for p in prompts], measured + trained)

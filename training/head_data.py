@@ -156,8 +156,25 @@ def build_heldout_corpus(
     build_corpus writes one."""
     prompts = heldout_prompts(n, seed, source)
     info = generate_corpus(target, prompts, out, max_tokens=[max_tokens] * len(prompts), batch_size=batch_size, log=log)
+    return _with_source(out, info, source)
+
+
+def _with_source(out: Path, info: Dict, source) -> Dict:
+    """The corpus's info with the prompt file it was made from (written beside it too, so
+    that a corpus made from another file is not taken for this one), and its hash."""
+    info["source"] = corpus_source(source)
+    meta = out.with_suffix(".json")
+    saved = json.loads(meta.read_text())
+    saved["info"]["source"] = info["source"]
+    meta.write_text(json.dumps(saved, indent=1))
     info["sha256"] = file_hash(out)
     return info
+
+
+def corpus_source(source) -> str:
+    """A prompt file as a corpus records it: relative to the repository where it is inside."""
+    path = Path(source).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 CONTEXT_FILE = ROOT / "training/prompts/head_context.yaml"
@@ -276,8 +293,7 @@ def build_context_corpus(
     info = generate_corpus(
         teacher, ctx, out, max_tokens=[max_tokens] * len(ctx), batch_size=batch_size, log=log, shards=shards
     )
-    info["sha256"] = file_hash(out)
-    return info
+    return _with_source(out, info, source)
 
 
 def sequences(path: Path) -> List[tuple]:

@@ -15,8 +15,9 @@ Steps, each seeded so that the command rebuilds the shipped head:
 4. training with EAGLE-3's training-time test: `--ttt` unrolled steps, step j feeding the
    head's own output of step j - 1 as the feature, attending to the real features' keys
    before it and to its own chain's keys, loss weighted 0.8^j, on answer positions whose
-   target token lies in the draft vocabulary. The LM head runs on those positions alone. The
-   loss is the cross-entropy on the target's greedy token, mixed with weight `--soft-labels`
+   target token lies in the draft vocabulary (with `--answer-only 1`, the LM head runs on
+   those positions alone: the same loss, its sums taken in another order). The loss is the
+   cross-entropy on the target's greedy token, mixed with weight `--soft-labels`
    with the cross-entropy on the target's own top-k distribution there (stored with the
    corpus, restricted to the draft vocabulary): distillation on soft labels;
 5. the head written in EAGLE-3's layout, with `training.json` (settings, data hash, held-out
@@ -43,6 +44,7 @@ from training.head_data import (
     build_context_corpus,
     build_corpus,
     build_heldout_corpus,
+    corpus_source,
     file_hash,
     sequences,
 )
@@ -62,6 +64,7 @@ DEFAULTS = dict(
     clip=1.0,
     heldout=60,
     soft_labels=0.0,
+    answer_only=0,
     extra_prompts=0,
     context_file="training/prompts/head_context.yaml",
     heldout_file="",
@@ -367,11 +370,22 @@ def init_head(target, cfg, vocab_ids: np.ndarray, seed: int):
     return head
 
 
+# What a context corpus made before corpora recorded their prompt file was made from.
+CONTEXT_DEFAULT = "training/prompts/head_context.yaml"
+# The corpora's default paths (main's arguments), named in the command only where changed.
+CORPORA = dict(
+    corpus="resources/head/smollm2-corpus.npz",
+    context_corpus="resources/head/smollm2-corpus-context.npz",
+    heldout_corpus="resources/head/smollm2-corpus-heldout.npz",
+)
+
+
 def command(a) -> str:
-    """The command that trains this head: the target and output, and every setting given
-    other than its default."""
-    flags = [f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items() if k in DEFAULTS and v != DEFAULTS[k]]
-    return " ".join(["python -m training.head_train --target resources/models/smollm2/mlx --out", str(a.out), *flags])
+    """The command that trains this head: its target and output, and every setting and
+    corpus path given other than its default."""
+    given = {**DEFAULTS, **CORPORA}
+    flags = [f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items() if k in given and v != given[k]]
+    return " ".join(["python -m training.head_train --target", str(a.target), "--out", str(a.out), *flags])
 
 
 def write_head(
@@ -433,9 +447,8 @@ def main(argv=None) -> Dict:
     ap = argparse.ArgumentParser(description="Train the draft head on the target's own answers.")
     ap.add_argument("--target", required=True)
     ap.add_argument("--out", default="models/smollm2-head")
-    ap.add_argument("--corpus", default="resources/head/smollm2-corpus.npz")
-    ap.add_argument("--context-corpus", default="resources/head/smollm2-corpus-context.npz")
-    ap.add_argument("--heldout-corpus", default="resources/head/smollm2-corpus-heldout.npz")
+    for k, v in CORPORA.items():
+        ap.add_argument("--" + k.replace("_", "-"), default=v)
     for k, v in DEFAULTS.items():
         ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v)
     a = ap.parse_args(argv)
@@ -481,6 +494,12 @@ def main(argv=None) -> Dict:
             Path(a.target), heldout_corpus, a.heldout, a.seed, a.max_tokens, log=log, source=ROOT / a.heldout_file
         )
     parts = [corpus] + ([context] if a.context_prompts else []) + ([heldout_corpus] if heldout_corpus else [])
+    # A corpus made from another prompt file than the one asked for is not this run's.
+    for path, source in ((context, a.context_file), (heldout_corpus, a.heldout_file)):
+        if path in parts:
+            made = json.loads(path.with_suffix(".json").read_text())["info"].get("source", CONTEXT_DEFAULT)
+            if made != corpus_source(ROOT / source):
+                raise SystemExit(f"{path} was made from {made}, not {source}: delete it to rebuild")
     corpus_info = [
         {**json.loads(c.with_suffix(".json").read_text())["info"], "sha256": file_hash(c), "path": str(c)}
         for c in parts
@@ -571,7 +590,10 @@ def main(argv=None) -> Dict:
         for idx in batches(train_ex, a.batch_tokens, shuffle):
             opt.learning_rate = lr_at(step)
             b = collate(train_ex, idx, t2d)
-            loss, grads = grad_fn(head, b.tokens, b.feats, b.labels, b.positions, b.soft_ids, b.soft_p)
+            # The LM head on the labelled positions alone where asked (or where soft labels,
+            # read there, need it); else on every position, as the shipped head was trained.
+            positions = b.positions if a.answer_only or a.soft_labels else None
+            loss, grads = grad_fn(head, b.tokens, b.feats, b.labels, positions, b.soft_ids, b.soft_p)
             grads, _ = optim.clip_grad_norm(grads, a.clip)
             opt.update(head, grads)
             mx.eval(head.parameters(), opt.state, loss)

@@ -8,8 +8,10 @@ each run's figure with its interval over reruns, the ratio, whether each interva
 other's figure, and the verdict (same, faster, slower or unsure), for the median speedup and
 for the geometric mean over categories. One previous run is kept; older ones are in git.
 
-Writing a section again from the same measurement (a techniques table equal to the one
-already kept) is not a rerun: the previous run kept with it stays as it was.
+Writing a section again from the same measurement is not a rerun: the previous run kept with
+it stays as it was. A measurement is named by its commit and the start of its cells (what
+`run.json` records, or, for a run kept before it, its section's header); where neither run
+names it, by its techniques table.
 """
 
 import io
@@ -52,23 +54,36 @@ def _texts(folder: Path, skip: Optional[str] = None) -> Dict[str, str]:
     }
 
 
+def _identity(files: Dict[str, str]) -> Optional[Tuple[str, str]]:
+    """A measurement's commit and the start of its cells, where its `run.json` names both."""
+    run = json.loads(files.get(RUN_FILE) or "{}")
+    if not run.get("commit") or not run.get("measured"):
+        return None
+    return run["commit"], run["measured"].split(" to ")[0]
+
+
+def same_measurement(old: Dict[str, str], new: Dict[str, str]) -> bool:
+    """Whether two writes of a run's tables are of one measurement: by commit and start where
+    both name them, else by their techniques tables."""
+    a, b = _identity(old), _identity(new)
+    if a is not None and b is not None:
+        return a == b
+    return old.get("techniques.csv") == new.get("techniques.csv")
+
+
 def previous_files(folder, tables: Dict[str, str], old_section: Optional[str] = None) -> Dict[str, str]:
     """What to keep under `<folder>/previous/` when the run's new `tables` are written to
-    `folder`: the folder's own files where they are another measurement (a different techniques
-    table), with a `run.json` (from `old_section`, the section they were written with, where
-    they have none); the previous run already kept where they are the same measurement; else
-    nothing."""
+    `folder`: the folder's own files where they are another measurement, with a `run.json`
+    (from `old_section`, the section they were written with, where they have none); else the
+    previous run already kept there, if any."""
     folder = Path(folder)
-    old = folder / "techniques.csv"
-    if not old.is_file():
-        return {}
-    if tables.get("techniques.csv") == old.read_text():
-        kept = folder / PREVIOUS
-        return _texts(kept) if kept.is_dir() else {}
-    files = _texts(folder, skip=PREVIOUS)
-    if RUN_FILE not in files:
-        files[RUN_FILE] = json.dumps(from_section(old_section or ""), indent=1) + "\n"
-    return files
+    kept = _texts(folder / PREVIOUS) if (folder / PREVIOUS).is_dir() else {}
+    old = _texts(folder, skip=PREVIOUS) if folder.is_dir() else {}
+    if "techniques.csv" not in old:
+        return kept
+    if RUN_FILE not in old:
+        old[RUN_FILE] = json.dumps(from_section(old_section or ""), indent=1) + "\n"
+    return kept if same_measurement(old, tables) else old
 
 
 def _run(name: str, files: Dict[str, str]) -> Dict:
@@ -99,10 +114,20 @@ def _verdict_word(files: Dict[str, str]) -> str:
     return "valid" if v.get("valid") else "not valid"
 
 
-def previous_table(previous: Dict[str, str], current: Dict[str, str]) -> Tuple[List[str], List[str], List[str]]:
+def previous_table(
+    previous: Dict[str, str], current: Dict[str, str], detail: int = 0
+) -> Tuple[List[str], List[str], List[str]]:
     """The section's table against the previous run: (its lines, what the caption says of
-    the previous run, its notes: the count of each verdict)."""
-    rows = comparison(previous, current)
+    the previous run, its notes: the count of each verdict). A higher `detail` level gives up
+    rows to keep the section short: 1 keeps only the rows whose verdict is not `same`, 2 no
+    row (the counts alone)."""
+    all_rows = comparison(previous, current)
+    rows = all_rows
+    if detail >= 1:
+        moved = rows.verdict != "same"
+        if "verdict_geomean" in rows:
+            moved |= rows.verdict_geomean.fillna("same") != "same"
+        rows = rows[moved] if detail == 1 else rows.iloc[0:0]
     has_geo = "ratio_geomean" in rows
     heads = ["target", "technique", "config", "previous", "this run", "ratio", "verdict"]
     heads += ["geomean ratio", "geomean verdict"] if has_geo else []
@@ -120,9 +145,11 @@ def previous_table(previous: Dict[str, str], current: Dict[str, str]) -> Tuple[L
         if has_geo:
             row += [compact.number(r["ratio_geomean"], 3), str(r.get("verdict_geomean") or "-")]
         body.append(row)
-    lines, notes = compact.render(heads, body, keep=0)
-    counts = rows.verdict.value_counts()
+    lines, notes = compact.render(heads, body, keep=0) if body else ([], [])
+    counts = all_rows.verdict.value_counts()
     notes = [", ".join(f"{n} {v}" for v, n in counts.items()) + " (the median speedup)"] + notes
+    if len(body) < len(all_rows):
+        notes.append("rows whose verdicts are both `same` left out" if body else "each row: the compare command")
     run = json.loads(previous.get(RUN_FILE) or "{}")
     about = [f"{k} {run[k]}" for k in ("commit", "measured") if run.get(k)]
     about.append(_verdict_word(previous))

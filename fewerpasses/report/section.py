@@ -147,7 +147,7 @@ def _layout(run, command, cells, frames, files, verdict, level: int, previous=No
             )
             lines += _block("What holds each drafting row back", [why], table, notes)
     if previous and "techniques.csv" in previous and "techniques.csv" in files:
-        table, about, notes = previous_table(previous, files)
+        table, about, notes = previous_table(previous, files, detail=0 if level < 2 else (1 if level < 4 else 2))
         where = f"{TABLES_DIR}/{run}/{PREVIOUS}"
         links = [
             f"the measurement this run replaced ({', '.join(about)}): {link(PREVIOUS + '/techniques.csv')}",
