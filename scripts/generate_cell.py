@@ -12,6 +12,7 @@ result = generate_cell(
     snakemake.input.prompts,
     model_name=snakemake.wildcards.model,
     costs=snakemake.input.costs,
+    head_path=snakemake.input.get("head"),
     **snakemake.params.cell,
 )
 write_cell(result, snakemake.output[0])

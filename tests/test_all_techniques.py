@@ -50,9 +50,9 @@ def run(tmp_path_factory):
         "hybrid": {"pairs": [{"target": "tiny", "head": "tiny-head"}], "draft_lengths": [3]},
         "generate": {
             "models": ["tiny"],
-            "drafters": ["suffix"],
+            "drafters": ["suffix", "hybrid"],
             "temperatures": [0, 0.7],
-            "drafter_settings": {"suffix": {"num_draft": 4}},
+            "drafter_settings": {"suffix": {"num_draft": 4}, "hybrid": {"num_draft": 3, "head": "tiny-head"}},
         },
         "ceiling": {"models": ["tiny"], "draft_lengths": [4]},
         "quality": {"question_set": "stdlib_quiz", "max_tokens": 8, "models": ["tiny"]},
@@ -262,6 +262,12 @@ def test_every_cell_carries_the_contract(run):
     suffix = json.loads(next((d / "results/suffix/tiny").rglob("rep1.json")).read_text())
     assert greedy["lossless_expected"] and greedy["lossless"] and not sampled["lossless_expected"]
     assert greedy["verify_costs"]["digest"] == sampled["verify_costs"]["digest"] == suffix["verify_costs"]["digest"]
+    # Through the API with a head, the hybrid drafts with the fetched head, lossless, priced at
+    # the hybrid cell's own cost model.
+    api = json.loads((d / "results/generate/tiny/hybrid_temp0/rep1.json").read_text())
+    own = json.loads(next((d / "results/hybrid/tiny").rglob("rep1.json")).read_text())
+    assert api["lossless"] and api["head"] == "tiny-head"
+    assert api["verify_costs"]["digest"] == own["verify_costs"]["digest"] != suffix["verify_costs"]["digest"]
 
 
 def test_every_drafting_cell_priced_its_rounds_at_its_kinds_cost_model(run):

@@ -308,3 +308,46 @@ def test_suffix_memory_across_calls_is_bounded_in_tokens(tiny):
     m.add([1, 2, 3])
     m.add([4, 5, 6, 7, 8, 9])
     assert m.held() == [[5, 6, 7, 8, 9]]
+
+
+def test_the_generate_cell_prices_each_drafter_at_its_own_cells_cost_model():
+    """In the registry, a generate cell names the cost model its drafter's own cell prices its
+    rounds at, and a drafter with a head takes the head named in head.heads as an input; a
+    head that is not configured is refused by name."""
+    from types import SimpleNamespace
+
+    from fewerpasses.core.technique import ConfigError
+    from fewerpasses.generate.technique import TECHNIQUE as GENERATE
+    from fewerpasses.head.technique import TECHNIQUE as HEAD
+    from fewerpasses.hybrid.technique import TECHNIQUE as HYBRID
+    from fewerpasses.recycle.technique import TECHNIQUE as RECYCLE
+
+    config = {
+        "models": {"m": {}},
+        "generation": {"max_tokens": 8, "repeats": 1, "warmup": 1},
+        "head": {"heads": {"h1": "models/h1"}},
+        "generate": {
+            "models": ["m"],
+            "drafters": ["suffix", "recycle", "head", "hybrid"],
+            "temperatures": [0],
+            "drafter_settings": {"hybrid": {"head": "h1", "top_k": 4}, "head": {"head": "h1"}},
+        },
+    }
+    GENERATE.check(config, ".")
+    kinds = {}
+    for w in GENERATE.grid(config):
+        p = GENERATE.params(SimpleNamespace(**w), config)
+        kinds[w["drafter"]] = GENERATE.cost_kind(w, p)
+        inputs = GENERATE.inputs(SimpleNamespace(**w), config)
+        assert ("head" in inputs) == (w["drafter"] in ("head", "hybrid"))
+    assert kinds == {
+        "suffix": "plain",
+        "recycle": RECYCLE.cost_kind({}, {"top_k": 8}),
+        "head": HEAD.cost_kind({"head": "h1"}, {}),
+        "hybrid": HYBRID.cost_kind({"head": "h1"}, {"top_k": 4}),
+    }
+    hybrid = GENERATE.params(SimpleNamespace(model="m", drafter="hybrid", temperature="0"), config)
+    assert hybrid["head_source"] == "models/h1" and hybrid["num_draft"] == 4 and hybrid["top_k"] == 4
+    config["generate"]["drafter_settings"]["head"] = {"head": "h2"}
+    with pytest.raises(ConfigError, match="generate.drafter_settings.head.head: 'h2' is not in head.heads"):
+        GENERATE.check(config, ".")

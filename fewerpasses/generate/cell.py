@@ -9,11 +9,13 @@ but not the same tokens, so no token check applies (`lossless_expected` false) a
 `sampling` says so. Each side prefills its own prompt, as a user's call does; decode speed
 (the speedup) starts at the first token, as everywhere.
 
-The API's gate prices rounds at the run's cost model for the bare target (`costs`), the file
-the drafter's own cell prices its rounds at, so the two cells' rounds differ only by what the
-API adds around the loop."""
+The API's gate prices rounds at the run's cost model of the drafter's kind (`costs`): for the
+drafters from the text the bare target's, for recycled predictions, the head and the hybrid
+their table's and head's; the file the drafter's own cell prices its rounds at, so the two
+cells' rounds differ only by what the API adds around the loop. A drafter with a head drafts
+with the head the pipeline fetched (`head_path`)."""
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import mlx.core as mx
 from mlx_lm.generate import stream_generate as mlx_stream_generate
@@ -23,8 +25,9 @@ from ..measure.cell import Candidate, run_cell
 from ..measure.cost_model import load_cost_file
 from .api import DraftingResponse, load_drafter, stream_generate
 
-# The drafters whose loop runs the bare target (cost kind "plain"): those this cell times.
-CELL_DRAFTERS = ("lookup", "suffix")
+# Every lossless drafter of the API (generate/drafters.py), as the registry lists them.
+CELL_DRAFTERS = ("lookup", "suffix", "recycle", "head", "hybrid")
+HEADED = ("head", "hybrid")
 
 
 def responses_as_tokens(responses):
@@ -55,12 +58,19 @@ def generate_cell(
     warmup: int,
     replicate: int = 1,
     costs=None,
+    head_path=None,
+    top_k: Optional[int] = None,
+    rows: Optional[int] = None,
+    head: Optional[str] = None,
+    head_source: Optional[str] = None,
 ) -> Dict:
-    """Run one generate-API cell and return its JSON (measure.results)."""
+    """Run one generate-API cell and return its JSON (measure.results). `top_k`, `rows`,
+    `head` and `head_source` name the cost model and head of a drafter that has them (the
+    registry's params); `head_path` is the head's fetched directory."""
     if drafter not in CELL_DRAFTERS:
-        raise ValueError(
-            f"the generate cell times drafters on the bare target: {', '.join(CELL_DRAFTERS)}; got {drafter!r}"
-        )
+        raise ValueError(f"the generate cell times the drafters {', '.join(CELL_DRAFTERS)}; got {drafter!r}")
+    if drafter in HEADED and head_path is None:
+        raise ValueError(f"drafter {drafter!r} drafts with a head: give its directory (head_path)")
     settings = {
         "technique": "generate",
         "target": model_name,
@@ -74,9 +84,12 @@ def generate_cell(
         "repeats": repeats,
         "warmup": warmup,
         "replicate": replicate,
+        **{k: v for k, v in (("top_k", top_k), ("rows", rows), ("head", head), ("head_source", head_source)) if v},
     }
     file = load_cost_file(costs) if costs is not None else None
     drafter_settings = {**(drafter_settings or {}), "num_draft": num_draft}
+    if drafter in HEADED:
+        drafter_settings["head"] = str(head_path)
 
     def sampler():
         return make_sampler(temp=temperature) if temperature > 0 else None
@@ -122,6 +135,29 @@ def generate_cell(
     return run_cell(model_path, reference, prompt_set_path, settings, build, lossless_expected=temperature == 0)
 
 
+def cost_target(model, params: Dict, inputs: Dict):
+    """What the cost model of a generate cell's drafter kind is measured on (rule cost_model):
+    its drafter's own technique's target."""
+    from ..head.cell import cost_target as head_target
+    from ..hybrid.cell import cost_target as hybrid_target
+    from ..measure.cost_model import plain_target
+    from ..recycle.cell import cost_target as recycle_target
+
+    by = {"recycle": recycle_target, "head": head_target, "hybrid": hybrid_target}
+    return by.get(params["drafter"], plain_target)(model, params, inputs)
+
+
+def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, object]:
+    """What a generate cell holds beside the target (its memory plan): its drafter's cell's."""
+    from ..head.cell import loads as head_loads
+    from ..hybrid.cell import loads as hybrid_loads
+    from ..measure.cell import loads as plain_loads
+    from ..recycle.cell import loads as recycle_loads
+
+    by = {"recycle": recycle_loads, "head": head_loads, "hybrid": hybrid_loads}
+    return by.get(params["drafter"], plain_loads)(params, dirs)
+
+
 def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
     """The API's drafter on its loop, greedy, as `prompt -> TokenStream` for other prompts (the
     question set checks a lossless row by its greedy tokens, which are the API's)."""
@@ -129,7 +165,10 @@ def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
     from ..lookup.loop import lookup_stream
     from .drafters import build
 
-    built = build(cell["drafter"], model, {**(cell.get("drafter_settings") or {}), "num_draft": cell["num_draft"]})
+    settings = {**(cell.get("drafter_settings") or {}), "num_draft": cell["num_draft"]}
+    if cell["drafter"] in HEADED:
+        settings["head"] = cell["head_source"]
+    built = build(cell["drafter"], model, settings)
     costs = costs_of(cell["verify_costs"]) if (cell.get("verify_costs") or {}).get("seconds") else None
     policy = gated(built.policy, costs) if costs is not None else built.policy
 
