@@ -337,6 +337,22 @@ def _examples_with_soft(k=3):
     return tokens, ex
 
 
+def test_features_read_in_padded_batches_are_those_read_one_sequence_at_a_time(target):
+    from training.head_train import target_features
+
+    _, model = target
+    rng = np.random.default_rng(0)
+    seqs = [
+        (rng.integers(1, 100, n).astype(np.int32), rng.integers(1, 100, m).astype(np.int32))
+        for n, m in [(5, 9), (12, 3), (7, 7), (3, 20), (9, 9)]
+    ]
+    one = target_features(model, seqs, [0, 2, 4], log=lambda _: None, dtype=mx.float32)
+    batched = target_features(model, seqs, [0, 2, 4], log=lambda _: None, dtype=mx.float32, batch_tokens=48)
+    for a, b, (p, q) in zip(one, batched, seqs):
+        assert a.shape == b.shape == (len(p) + len(q), 3 * model.args.hidden_size)
+        assert np.allclose(a, b, atol=1e-4)
+
+
 def test_soft_labels_are_the_targets_top_k_over_each_label():
     """The top-k stored at answer token i is the distribution over the label of position
     i + len(prompt) - 2: its first id is that label, wherever a label is an answer token."""

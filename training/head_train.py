@@ -65,6 +65,7 @@ DEFAULTS = dict(
     heldout=60,
     soft_labels=0.0,
     answer_only=0,
+    feature_batch_tokens=0,
     extra_prompts=0,
     context_file="training/prompts/head_context.yaml",
     heldout_file="",
@@ -76,12 +77,24 @@ DEFAULTS = dict(
 HELDOUT_SCORING = "every answer position, a label outside the draft vocabulary a miss"
 
 
-def target_features(model, seqs: Sequence[Tuple[np.ndarray, np.ndarray]], taps: Sequence[int], log=print, dtype=None):
+def target_features(
+    model,
+    seqs: Sequence[Tuple[np.ndarray, np.ndarray]],
+    taps: Sequence[int],
+    log=print,
+    dtype=None,
+    batch_tokens: int = 0,
+):
     """Per sequence (prompt + answer): the hidden states entering the tapped layers,
     concatenated (float16, [n, 3H]). Only layers up to the last tap run: the labels are the
-    answer's own tokens, which are the target's greedy ones (the corpus is its greedy output)."""
+    answer's own tokens, which are the target's greedy ones (the corpus is its greedy output).
+    With `batch_tokens`, sequences of similar length run together, padded at the end to about
+    that many positions a batch (causal attention: a position never reads the padding after
+    it); else one sequence at a time, as the shipped head's features were read."""
     import mlx.core as mx
 
+    if batch_tokens > 0:
+        return _batched_features(model, seqs, taps, log, dtype or mx.float16, batch_tokens)
     inner = model.model
     feats = []
     t0 = time.perf_counter()
@@ -96,6 +109,40 @@ def target_features(model, seqs: Sequence[Tuple[np.ndarray, np.ndarray]], taps: 
         feats.append(np.array(f))
         if (i + 1) % 200 == 0:
             log(json.dumps({"features_done": i + 1, "wall_s": round(time.perf_counter() - t0, 1)}))
+    return feats
+
+
+def _batched_features(model, seqs, taps, log, dtype, batch_tokens: int):
+    import mlx.core as mx
+
+    inner = model.model
+    lengths = [len(p) + len(a) for p, a in seqs]
+    batches_ = []
+    for i in sorted(range(len(seqs)), key=lambda i: (lengths[i], i)):
+        if batches_ and max(lengths[j] for j in batches_[-1] + [i]) * (len(batches_[-1]) + 1) <= batch_tokens:
+            batches_[-1].append(i)
+        else:
+            batches_.append([i])
+    feats: List = [None] * len(seqs)
+    t0, done = time.perf_counter(), 0
+    for idx in batches_:
+        L = max(lengths[i] for i in idx)
+        tokens = np.zeros((len(idx), L), np.int32)
+        for b, i in enumerate(idx):
+            tokens[b, : lengths[i]] = np.concatenate(seqs[i])
+        h = inner.embed_tokens(mx.array(tokens))
+        entering = {}
+        for j, layer in enumerate(inner.layers[: max(taps) + 1]):
+            entering[j] = h
+            h = layer(h, "causal", cache=None)
+        f = mx.concatenate([entering[j] for j in taps], axis=-1).astype(dtype)
+        mx.eval(f)
+        f = np.array(f)
+        for b, i in enumerate(idx):
+            feats[i] = f[b, : lengths[i]]
+        done += len(idx)
+        if done // 200 > (done - len(idx)) // 200:
+            log(json.dumps({"features_done": done, "wall_s": round(time.perf_counter() - t0, 1)}))
     return feats
 
 
@@ -534,12 +581,13 @@ def main(argv=None) -> Dict:
     cfg = HeadConfig(**{**cfg.__dict__, "layer_ids": taps})
     t0 = time.perf_counter()
     digest = hashlib.sha256("".join(c["sha256"] for c in corpus_info).encode()).hexdigest()[:12]
-    cached = corpus.with_name(corpus.stem + f"-features-{'-'.join(map(str, taps))}-{len(seqs)}-{digest}.npz")
+    batched = f"-b{a.feature_batch_tokens}" if a.feature_batch_tokens else ""
+    cached = corpus.with_name(corpus.stem + f"-features-{'-'.join(map(str, taps))}-{len(seqs)}-{digest}{batched}.npz")
     if cached.is_file():
         z = np.load(cached)
         feats = [z[str(i)] for i in range(len(seqs))]
     else:
-        feats = target_features(model, seqs, taps, log=log)
+        feats = target_features(model, seqs, taps, log=log, batch_tokens=a.feature_batch_tokens)
         np.savez(cached, **{str(i): f for i, f in enumerate(feats)})
     feature_s = time.perf_counter() - t0
     if heldout_corpus is not None:
