@@ -3,6 +3,7 @@
 # technique's cells, inputs, params and extra targets come from its entry in the technique
 # registry (fewerpasses/techniques.py); nothing here names a technique.
 
+import json
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ from fewerpasses.core.sources import widened_base
 from fewerpasses.pipeline.costs import cell_kind, check_pinned, cost_jobs, pinned_file
 from fewerpasses.report.results_file import command_for, run_name
 from fewerpasses.core.technique import replicates
+from fewerpasses.measure.replicates import replicate_figure, replicates_needed
 from fewerpasses.techniques import REGISTRY as TECHNIQUES, checked, lossless
 
 SCHEMA = Path(workflow.basedir, "config", "schemas", "config.schema.yaml")
@@ -187,6 +189,28 @@ def cell_params(name):
     return lambda wildcards: {**TECHNIQUES[name].params(wildcards, config), "replicate": int(wildcards.replicate)}
 
 
+# generation.replicates_until: replicates added to a cell until its interval over reruns is
+# narrow enough, projected from those it has (fewerpasses/measure/replicates.py).
+UNTIL = GENERATION.get("replicates_until")
+
+
+def cell_replicates(rule_name, grid_point):
+    """How many replicates the cell of `rule_name` at `grid_point` runs: generation.replicates,
+    or with replicates_until, as many as its measured replicates' spread projects for its
+    interval to be within the half-width asked (never fewer than it has). Read when the
+    workflow is parsed: a run made of several invocations adds them in the next."""
+    n = replicates(config)
+    if not UNTIL:
+        return n
+    figures = []
+    for r in range(1, UNTIL["max"] + 1):
+        path = Path(rule_file((rule_name, {**grid_point, "replicate": str(r)})))
+        if not path.is_file():
+            break
+        figures.append(replicate_figure(json.loads(path.read_text())))
+    return replicates_needed(figures, UNTIL["halfwidth"], n, UNTIL["max"])
+
+
 def replicate_priority(wildcards):
     """Earlier replicates first: every cell's first replicate runs before any cell's second,
     so a cell's replicates are spread over the run rather than run back to back."""
@@ -262,7 +286,7 @@ def cell_inputs(name):
 def technique_cells(name, target=None):
     """Every cell file of one technique, or of one target's: its grid through its cell rule."""
     t = TECHNIQUES[name]
-    return [rule_file((t.rule, w)) for w in t.cells(config, target)]
+    return [rule_file((t.rule, w)) for w in t.cells(config, target, lambda g: cell_replicates(t.rule, g))]
 
 
 def cells_of(name):
@@ -301,7 +325,8 @@ def get_text_bounds_files(wildcards=None):
 
 def replicate_files(rule_name, wildcards):
     """Every replicate's file of the cell of `rule_name` at `wildcards` (less its replicate)."""
-    return [rule_file((rule_name, {**wildcards, "replicate": str(r)})) for r in range(1, replicates(config) + 1)]
+    n = cell_replicates(rule_name, wildcards)
+    return [rule_file((rule_name, {**wildcards, "replicate": str(r)})) for r in range(1, n + 1)]
 
 
 def get_ceiling_replicates(wildcards):
@@ -409,7 +434,7 @@ def plan_cell_jobs():
     """Every cell of the run: its rule, file, target, params and model directories."""
     jobs = []
     for name, t in TECHNIQUES.items():
-        for w in t.cells(config):
+        for w in t.cells(config, count=lambda g: cell_replicates(t.rule, g)):
             ns = SimpleNamespace(**w)
             inputs = t.inputs(ns, config)
             models = {k: v[1]["model"] for k, v in inputs.items() if v[0] == "quantize_model"}

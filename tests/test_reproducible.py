@@ -433,3 +433,47 @@ def test_the_order_of_a_replicate_is_shuffled_by_its_seed():
     one, again, two = run_order(prompts, s1), run_order(prompts, s1), run_order(prompts, s2)
     assert one == again and one != two and sorted(p["id"] for p in one) == sorted(p["id"] for p in prompts)
     assert run_order(prompts, None) == prompts
+
+
+def test_replicates_are_projected_from_their_spread_until_the_interval_is_narrow_enough():
+    from fewerpasses.measure.replicates import replicate_figure, replicates_needed
+
+    # Each replicate's figure: the geometric mean over its categories of their median ratio.
+    assert replicate_figure(_cell(1, [1.2, 1.2, 1.5, 1.5])) == pytest.approx(np.sqrt(1.2 * 1.5))
+    # No spread yet (none or one replicate), or fewer than asked: the replicates asked for.
+    assert replicates_needed([], 0.05, 3, 8) == 3 and replicates_needed([1.3], 0.05, 3, 8) == 3
+    assert replicates_needed([1.3, 1.4], 0.05, 3, 8) == 3
+    # Replicates that agree need no more; a spread of ~5% needs five for +-5%; a wide one
+    # stops at the most allowed; never fewer than those already measured.
+    assert replicates_needed([1.30, 1.31, 1.30], 0.05, 3, 8) == 3
+    figures = [1.40, 1.30, 1.35]
+    sd = np.std(np.log(figures), ddof=1)
+    n = replicates_needed(figures, 0.05, 3, 8)
+    assert n == 5 and 2.776 * sd / np.sqrt(5) <= np.log(1.05) < 3.182 * sd / 2
+    assert replicates_needed([1.0, 1.5, 2.0], 0.05, 3, 8) == 8
+    assert replicates_needed([1.0, 1.5, 2.0, 1.2, 1.1], 0.05, 3, 4) == 5
+
+
+@pytest.mark.slow
+def test_a_run_adds_the_replicates_a_cell_needs_when_invoked_again(tmp_path):
+    """With generation.replicates_until, a cell whose replicates spread plans more of them in
+    the next invocation, as many as the projection asks; the others stay at three."""
+    from fewerpasses.measure.replicates import replicate_figure, replicates_needed
+    from workflow import copy_workflow, plan, write_config
+
+    copy_workflow(tmp_path)
+    cfg = yaml.safe_load((REPO / "config" / "drafting.yaml").read_text())
+    cfg["generation"]["replicates_until"] = {"halfwidth": 0.05, "max": 8}
+    write_config(tmp_path, cfg)
+    suffix = lambda jobs: sorted(o for j in jobs for o in j["output"] if o.startswith("results/suffix/"))  # noqa: E731
+    first = suffix(plan(tmp_path)["jobs"])
+    assert [Path(o).name for o in first] == ["rep1.json", "rep2.json", "rep3.json"]
+    cells = [_cell(r, [x] * 4) for r, x in zip((1, 2, 3), (1.40, 1.30, 1.35))]
+    for path, cell in zip(first, cells):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(json.dumps(cell))
+    again = plan(tmp_path)["jobs"]
+    n = replicates_needed([replicate_figure(c) for c in cells], 0.05, 3, 8)
+    assert n == 5 and [Path(o).name for o in suffix(again)] == [f"rep{r}.json" for r in range(1, n + 1)]
+    lookup = sorted(o for j in again for o in j["output"] if o.startswith("results/lookup/"))
+    assert len(lookup) == 2 * 3  # draft lengths 0 and 8, three replicates each

@@ -130,14 +130,16 @@ class Technique:
         """Its cell rule, in rules/<name>.smk."""
         return f"{self.name}_cell"
 
-    def cells(self, config: Config, target: Optional[str] = None) -> List[Wildcards]:
+    def cells(
+        self, config: Config, target: Optional[str] = None, count: Optional[Callable[[Wildcards], int]] = None
+    ) -> List[Wildcards]:
         """The wildcards of every cell, or of one target's: each grid point once per replicate
-        (`generation.replicates`, each its own process and job)."""
+        (`generation.replicates`, each its own process and job; or `count(grid point)`)."""
         return [
             {**w, "replicate": str(r)}
             for w in self.grid(config)
             if target in (None, w[self.target_wildcard])
-            for r in range(1, replicates(config) + 1)
+            for r in range(1, (count(w) if count else replicates(config)) + 1)
         ]
 
     def rebuilder(self) -> Callable:

@@ -8,10 +8,11 @@ interval `speedup_ci` holds: over reruns (replicates, then pairs) where two or m
 ran, else over the pairs of the one process.
 """
 
+import math
 import statistics
-from typing import Dict, Iterable, List
+from typing import Dict, Iterable, List, Sequence
 
-from ..core.stats import PROMPTS, RERUN, replicated_ci
+from ..core.stats import PROMPTS, RERUN, category_geomean, replicated_ci, t_975
 
 # What `interval` says of a cell's `speedup_ci`.
 RERUN_INTERVAL = "over reruns: replicates, then pairs"
@@ -72,6 +73,30 @@ def _per_prompt(cells: List[Dict]) -> List[Dict]:
     for m in merged.values():
         m["speedup"] = _median(r["candidate"]["decode_tps"] / r["baseline"]["decode_tps"] for r in m["runs"])
     return list(merged.values())
+
+
+def replicate_figure(cell: Dict) -> float:
+    """One replicate's geometric mean over its categories of their median ratio: the figure
+    whose spread across replicates sets the interval over reruns of a row's geometric mean."""
+    pairs = pairs_of(cell)
+    return category_geomean([p["ratio"] for p in pairs], [p["category"] for p in pairs])
+
+
+def replicates_needed(figures: Sequence[float], halfwidth: float, minimum: int, maximum: int) -> int:
+    """How many replicates a cell needs for its interval over reruns (Student's t over the
+    replicates' figures, on the log scale, as core/stats.py widens it) to be within
+    `halfwidth` of its figure (0.05: +-5%), projected from the spread of the `figures` of the
+    replicates measured so far: at least `minimum` and every replicate already measured, at
+    most `maximum`. With fewer than two figures there is no spread yet: `minimum`."""
+    n = len(figures)
+    maximum = max(maximum, minimum)
+    if n < 2 or n < minimum:
+        return max(minimum, n)
+    sd = statistics.stdev(math.log(f) for f in figures)
+    for m in range(max(minimum, n), maximum + 1):
+        if t_975(m - 1) * sd / math.sqrt(m) <= math.log1p(halfwidth):
+            return m
+    return max(maximum, n)
 
 
 def intervals(cell: Dict) -> Dict:
