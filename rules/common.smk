@@ -202,6 +202,17 @@ def cell_replicates(rule_name, grid_point):
     n = replicates(config)
     if not UNTIL:
         return n
+    key = (rule_name, tuple(sorted(grid_point.items())))
+    if key not in _PROJECTED:
+        _PROJECTED[key] = _projected(rule_name, grid_point, n)
+    return _PROJECTED[key]
+
+
+# Each cell's projection, read once per invocation (input functions ask for it many times).
+_PROJECTED = {}
+
+
+def _projected(rule_name, grid_point, n):
     figures = []
     for r in range(1, UNTIL["max"] + 1):
         path = Path(rule_file((rule_name, {**grid_point, "replicate": str(r)})))
