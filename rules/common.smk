@@ -190,15 +190,18 @@ def cell_params(name):
 
 
 # generation.replicates_until: replicates added to a cell until its interval over reruns is
-# narrow enough, projected from those it has (fewerpasses/measure/replicates.py).
+# narrow enough, projected from the spread of its first `replicates` (measure/replicates.py),
+# in an invocation given `--config extend_replicates=true`; any other keeps those it has.
 UNTIL = GENERATION.get("replicates_until")
+EXTEND = str(config.get("extend_replicates", "")).lower() in ("1", "true", "yes")
 
 
 def cell_replicates(rule_name, grid_point):
-    """How many replicates the cell of `rule_name` at `grid_point` runs: generation.replicates,
-    or with replicates_until, as many as its measured replicates' spread projects for its
-    interval to be within the half-width asked (never fewer than it has). Read when the
-    workflow is parsed: a run made of several invocations adds them in the next."""
+    """How many replicates the cell of `rule_name` at `grid_point` runs: generation.replicates;
+    with replicates_until, every one it has, and in an invocation that extends them, as many
+    as the spread of its first `replicates` projects for its interval to be within the
+    half-width asked. The projection reads only replicates that exist before such an
+    invocation starts, so every parse of it (a remote job's too) counts the same."""
     n = replicates(config)
     if not UNTIL:
         return n
@@ -213,13 +216,14 @@ _PROJECTED = {}
 
 
 def _projected(rule_name, grid_point, n):
-    figures = []
-    for r in range(1, UNTIL["max"] + 1):
-        path = Path(rule_file((rule_name, {**grid_point, "replicate": str(r)})))
-        if not path.is_file():
-            break
-        figures.append(replicate_figure(json.loads(path.read_text())))
-    return replicates_needed(figures, UNTIL["halfwidth"], n, UNTIL["max"])
+    have = 0
+    while Path(rule_file((rule_name, {**grid_point, "replicate": str(have + 1)}))).is_file():
+        have += 1
+    if not EXTEND or have < n:
+        return max(n, have)
+    paths = [rule_file((rule_name, {**grid_point, "replicate": str(r)})) for r in range(1, n + 1)]
+    figures = [replicate_figure(json.loads(Path(p).read_text())) for p in paths]
+    return max(have, replicates_needed(figures, UNTIL["halfwidth"], n, UNTIL["max"]))
 
 
 def replicate_priority(wildcards):

@@ -452,12 +452,27 @@ def test_replicates_are_projected_from_their_spread_until_the_interval_is_narrow
     assert n == 5 and 2.776 * sd / np.sqrt(5) <= np.log(1.05) < 3.182 * sd / 2
     assert replicates_needed([1.0, 1.5, 2.0], 0.05, 3, 8) == 8
     assert replicates_needed([1.0, 1.5, 2.0, 1.2, 1.1], 0.05, 3, 4) == 5
+    # A figure that is no ratio (a replicate that timed nothing) is left out of the spread.
+    assert replicates_needed([1.30, float("nan"), 1.31, 1.30], 0.05, 3, 8) == 3
+
+
+def test_projected_replicates_need_two_to_spread_and_room_above_them():
+    from fewerpasses.pipeline.config import check_config
+
+    cfg = yaml.safe_load((REPO / "config" / "drafting.yaml").read_text())
+    check_config(cfg, str(REPO))
+    for replicates, until, match in ((1, 8, "needs the spread of 2 or more"), (3, 2, "is below generation.replicates")):
+        bad = {**cfg, "generation": {**cfg["generation"], "replicates": replicates}}
+        bad["generation"]["replicates_until"] = {"halfwidth": 0.05, "max": until}
+        with pytest.raises(ConfigError, match=match):
+            check_config(bad, str(REPO))
 
 
 @pytest.mark.slow
 def test_a_run_adds_the_replicates_a_cell_needs_when_invoked_again(tmp_path):
-    """With generation.replicates_until, a cell whose replicates spread plans more of them in
-    the next invocation, as many as the projection asks; the others stay at three."""
+    """With generation.replicates_until, an invocation that extends a run plans more
+    replicates for a cell whose replicates spread, as many as the projection asks; the others
+    stay at three, and later invocations keep the count."""
     from fewerpasses.measure.replicates import replicate_figure, replicates_needed
     from workflow import copy_workflow, plan, write_config
 
@@ -472,8 +487,17 @@ def test_a_run_adds_the_replicates_a_cell_needs_when_invoked_again(tmp_path):
     for path, cell in zip(first, cells):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(json.dumps(cell))
-    again = plan(tmp_path)["jobs"]
+    # Without being asked to extend, a run keeps the replicates a cell has.
+    assert [Path(o).name for o in suffix(plan(tmp_path)["jobs"])] == ["rep1.json", "rep2.json", "rep3.json"]
+    again = plan(tmp_path, "--config", "extend_replicates=true")["jobs"]
     n = replicates_needed([replicate_figure(c) for c in cells], 0.05, 3, 8)
     assert n == 5 and [Path(o).name for o in suffix(again)] == [f"rep{r}.json" for r in range(1, n + 1)]
     lookup = sorted(o for j in again for o in j["output"] if o.startswith("results/lookup/"))
     assert len(lookup) == 2 * 3  # draft lengths 0 and 8, three replicates each
+    # Once they exist, whatever their spread, later invocations (results, another extension)
+    # count the same: the projection reads only the first three.
+    for r, x in ((4, 2.0), (5, 0.5)):
+        path = tmp_path / first[0].replace("rep1.json", f"rep{r}.json")
+        path.write_text(json.dumps(_cell(r, [x] * 4)))
+    for args in ((), ("--config", "extend_replicates=true")):
+        assert [Path(o).name for o in suffix(plan(tmp_path, *args)["jobs"])] == [f"rep{r}.json" for r in range(1, 6)]

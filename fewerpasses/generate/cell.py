@@ -21,12 +21,22 @@ import mlx.core as mx
 from mlx_lm.generate import stream_generate as mlx_stream_generate
 from mlx_lm.sample_utils import make_sampler
 
+from ..core.models import weight_gb
+from ..head.model import DraftHead
 from ..measure.cell import Candidate, run_cell
 from ..measure.cost_model import load_cost_file
 from .api import DraftingResponse, load_drafter, stream_generate
 
-# Every lossless drafter of the API (generate/drafters.py), as the registry lists them.
-CELL_DRAFTERS = ("lookup", "suffix", "recycle", "head", "hybrid")
+# Every lossless drafter of the API (generate/drafters.py), as the registry lists them, and
+# what each drafts from (a cell's `draft_source`).
+SOURCES = {
+    "lookup": "context",
+    "suffix": "context",
+    "recycle": "the model's own earlier top-k predictions",
+    "head": "head on the target's hidden states",
+    "hybrid": "suffix trie, recycled predictions or draft head, per round",
+}
+CELL_DRAFTERS = tuple(SOURCES)
 HEADED = ("head", "hybrid")
 
 
@@ -74,7 +84,7 @@ def generate_cell(
     settings = {
         "technique": "generate",
         "target": model_name,
-        "draft_source": {"kind": "context", "name": drafter},
+        "draft_source": {"kind": SOURCES[drafter], "name": head or drafter},
         "engine": "fewerpasses.generate",
         "drafter": drafter,
         "num_draft": num_draft,
@@ -86,6 +96,8 @@ def generate_cell(
         "replicate": replicate,
         **{k: v for k, v in (("top_k", top_k), ("rows", rows), ("head", head), ("head_source", head_source)) if v},
     }
+    if head_path is not None:
+        settings["head_path"] = str(head_path)
     file = load_cost_file(costs) if costs is not None else None
     drafter_settings = {**(drafter_settings or {}), "num_draft": num_draft}
     if drafter in HEADED:
@@ -117,22 +129,35 @@ def generate_cell(
             # What the API's gate priced its rounds at (the drafter it built, after the runs).
             built = load_drafter(model, drafter, drafter_settings, file)
             c, f = built.costs, built.cost_file
+            verify = {
+                "context": f.get("context"),
+                "seconds": {str(k): v for k, v in c.verify.items()},
+                "plain_token_seconds": c.plain_token,
+                "source": f.get("source", "-"),
+                "digest": f.get("digest"),
+            }
+            if c.tree:
+                verify["tree_seconds"] = {str(k): v for k, v in c.tree.items()}
+            if c.draft:
+                verify["draft_seconds"] = {str(k): v for k, v in c.draft.items()}
+            # The head's weights, loaded beside the target's (the hybrid's under its table).
+            heads = [getattr(m, "head", None) for m in (built.runner, getattr(built.runner, "target", None))]
+            head_module = next((h for h in heads if isinstance(h, DraftHead)), None)
             return {
-                "extra_weight_gb": 0.0,
+                "extra_weight_gb": weight_gb(head_module) if head_module is not None else 0.0,
                 "sampling": "greedy" if temperature == 0 else f"temperature {temperature}: the target's distribution",
-                "verify_costs": {
-                    "context": f.get("context"),
-                    "seconds": {str(k): v for k, v in c.verify.items()},
-                    "plain_token_seconds": c.plain_token,
-                    "source": f.get("source", "-"),
-                    "digest": f.get("digest"),
-                },
+                "verify_costs": verify,
             }
 
         mx.random.seed(replicate)
         return Candidate(candidate, extra, baseline=baseline)
 
-    return run_cell(model_path, reference, prompt_set_path, settings, build, lossless_expected=temperature == 0)
+    params = {"drafter": drafter, "num_draft": num_draft, "top_k": top_k, "rows": rows, "head_source": head_source}
+    dirs = {"model": str(model_path), **({"head": str(head_path)} if head_path is not None else {})}
+    held = loads(params, dirs)[1]
+    return run_cell(
+        model_path, reference, prompt_set_path, settings, build, lossless_expected=temperature == 0, loads=held
+    )
 
 
 def cost_target(model, params: Dict, inputs: Dict):
@@ -167,7 +192,8 @@ def candidate_from_cell(model, cell: Dict, max_tokens: int, extra_models: Dict):
 
     settings = {**(cell.get("drafter_settings") or {}), "num_draft": cell["num_draft"]}
     if cell["drafter"] in HEADED:
-        settings["head"] = cell["head_source"]
+        # The head the pipeline fetched (a hub head's source is no directory).
+        settings["head"] = cell.get("head_path") or cell["head_source"]
     built = build(cell["drafter"], model, settings)
     costs = costs_of(cell["verify_costs"]) if (cell.get("verify_costs") or {}).get("seconds") else None
     policy = gated(built.policy, costs) if costs is not None else built.policy

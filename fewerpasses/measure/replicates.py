@@ -88,6 +88,7 @@ def replicates_needed(figures: Sequence[float], halfwidth: float, minimum: int, 
     `halfwidth` of its figure (0.05: +-5%), projected from the spread of the `figures` of the
     replicates measured so far: at least `minimum` and every replicate already measured, at
     most `maximum`. With fewer than two figures there is no spread yet: `minimum`."""
+    figures = [f for f in figures if f > 0 and math.isfinite(f)]
     n = len(figures)
     maximum = max(maximum, minimum)
     if n < 2 or n < minimum:

@@ -59,6 +59,16 @@ def check_config(config: Dict, basedir: str = ".") -> None:
             if name not in models:
                 raise ConfigError(f"{key}.models: '{name}' is not a configured model (have: {', '.join(models)})")
     gen = config["generation"]
+    until = gen.get("replicates_until")
+    if until and gen.get("replicates", 1) < 2:
+        raise ConfigError(
+            "generation.replicates_until: projecting replicates needs the spread of 2 or more; "
+            f"generation.replicates is {gen.get('replicates', 1)}"
+        )
+    if until and until["max"] < gen.get("replicates", 1):
+        raise ConfigError(
+            f"generation.replicates_until.max: {until['max']} is below generation.replicates ({gen['replicates']})"
+        )
     try:
         prompt_file = prompt_set_file(Path(basedir) / "config" / "prompts", gen["prompt_set"])
     except FileNotFoundError as e:
