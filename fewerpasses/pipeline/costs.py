@@ -57,12 +57,12 @@ def cost_jobs(config: Dict) -> Dict[Tuple[str, str], CostJob]:
                 job = jobs[(model, kind)] = CostJob(model, kind, t.name, own, inputs, 0, False)
             job.max_draft = max(job.max_draft, int(params.get("num_draft") or 0))
             job.trees = job.trees or int(params.get("branches") or 1) > 1
-            job.cells.append({"technique": t.name, **w})
+            job.cells.append({"technique": t.name, **w, "num_draft": int(params.get("num_draft") or 0)})
     given = section.get("max_draft")
     for job in jobs.values():
         if given is not None:
             if job.max_draft > given:
-                cells = [c for c in job.cells if int(c.get("draft", 0)) > given]
+                cells = [c for c in job.cells if c["num_draft"] > given]
                 raise ConfigError(
                     f"cost_model.max_draft: {given} is below the draft length of {len(cells)} cell(s) "
                     f"priced at {job.model}'s '{job.kind}' cost model (e.g. {cells[0]}); raise it"
