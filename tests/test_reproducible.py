@@ -457,15 +457,23 @@ def test_replicates_are_projected_from_their_spread_until_the_interval_is_narrow
 
 
 def test_projected_replicates_need_two_to_spread_and_room_above_them():
+    from snakemake.utils import validate
+
     from fewerpasses.pipeline.config import check_config
 
+    def checked(cfg):
+        # As rules/common.smk: the schema fills its defaults, then the checks it cannot make.
+        validate(cfg, schema=str(REPO / "config" / "schemas" / "config.schema.yaml"))
+        check_config(cfg, str(REPO))
+
     cfg = yaml.safe_load((REPO / "config" / "drafting.yaml").read_text())
-    check_config(cfg, str(REPO))
+    checked(cfg)
     for replicates, until, match in ((1, 8, "needs the spread of 2 or more"), (3, 2, "is below generation.replicates")):
-        bad = {**cfg, "generation": {**cfg["generation"], "replicates": replicates}}
+        bad = yaml.safe_load((REPO / "config" / "drafting.yaml").read_text())
+        bad["generation"]["replicates"] = replicates
         bad["generation"]["replicates_until"] = {"halfwidth": 0.05, "max": until}
         with pytest.raises(ConfigError, match=match):
-            check_config(bad, str(REPO))
+            checked(bad)
 
 
 @pytest.mark.slow
