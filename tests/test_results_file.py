@@ -624,7 +624,8 @@ def test_writing_a_run_replaces_its_section_and_tables_and_keeps_the_others(tmp_
     results, paths = write_run(tmp_path / "second", default_run(), cells)
     text = write_results(path, "default", "snakemake --cores 1", results, paths)
     assert list(sections(text)) == ["default", "categories"] and other in text
-    assert "| commit | c2 |" in text and "fa6da0c6ed4e" not in text
+    # The header is the new run's; the first run is named only as the one this replaced.
+    assert "| commit | c2 |" in text and "| commit | fa6da0c6ed4e |" not in text
     assert text.count("# Results") == 1 and "report.html" not in text.split("<!-- run:")[0]
     # The run's full tables, rewritten: a file of an earlier write is gone.
     folder = tmp_path / "results_tables" / "default"
@@ -682,7 +683,7 @@ def test_a_rerun_keeps_the_measurement_it_replaces_and_compares_with_it(tmp_path
     assert json.loads((folder / "previous" / "run.json").read_text())["commit"] == "c1"
     assert not (folder / "previous" / "previous").exists()
     own = sections(text)["default"]
-    assert check_section(own, tmp_path) == []
+    assert check_section(own) == [] and (tmp_path / "results_tables/default/previous/techniques.csv").is_file()
     block = own.split("### Against the previous run", 1)[1].split("###", 1)[0]
     assert "commit c1" in block and "results_tables/default/previous/techniques.csv" in block
     rows = {r[0]: r for r in tables_of(block)[0][1][1:]}
