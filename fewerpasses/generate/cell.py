@@ -22,6 +22,7 @@ from mlx_lm.generate import stream_generate as mlx_stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from ..core.models import weight_gb
+from ..lookup.cell import verify_record
 from ..head.model import DraftHead
 from ..measure.cell import Candidate, run_cell
 from ..measure.cost_model import load_cost_file
@@ -128,18 +129,7 @@ def generate_cell(
         def extra():
             # What the API's gate priced its rounds at (the drafter it built, after the runs).
             built = load_drafter(model, drafter, drafter_settings, file)
-            c, f = built.costs, built.cost_file
-            verify = {
-                "context": f.get("context"),
-                "seconds": {str(k): v for k, v in c.verify.items()},
-                "plain_token_seconds": c.plain_token,
-                "source": f.get("source", "-"),
-                "digest": f.get("digest"),
-            }
-            if c.tree:
-                verify["tree_seconds"] = {str(k): v for k, v in c.tree.items()}
-            if c.draft:
-                verify["draft_seconds"] = {str(k): v for k, v in c.draft.items()}
+            verify = verify_record(built.costs, built.cost_file)
             # The head's weights, loaded beside the target's (the hybrid's under its table).
             heads = [getattr(m, "head", None) for m in (built.runner, getattr(built.runner, "target", None))]
             head_module = next((h for h in heads if isinstance(h, DraftHead)), None)

@@ -24,6 +24,23 @@ def policy_of(cell: Dict) -> DraftPolicy:
     return gated(policy, costs_of(cell["verify_costs"])) if cell.get("cost_gate") else policy
 
 
+def verify_record(costs, file: Dict) -> Dict:
+    """A cell's `verify_costs`: the costs its rounds were priced at (measure.costs.DecodeCosts)
+    and the cost file they came from, as `costs_of` reads them back."""
+    out = {
+        "context": file.get("context"),
+        "seconds": {str(k): v for k, v in costs.verify.items()},
+        "plain_token_seconds": costs.plain_token,
+        "source": file.get("source", "-"),
+        "digest": file.get("digest"),
+    }
+    if costs.tree:
+        out["tree_seconds"] = {str(k): v for k, v in costs.tree.items()}
+    if costs.draft:
+        out["draft_seconds"] = {str(k): v for k, v in costs.draft.items()}
+    return out
+
+
 def costs_of(entry: Dict) -> DecodeCosts:
     """A cell's `verify_costs` entry as measured; cells written before the plain token was
     measured price a plain step at one synchronous pass, as their gate did."""
@@ -179,17 +196,7 @@ def run_drafting_cell(
     )
     result = run_cell(model_path, reference, prompt_set_path, settings, build, sees_answers=sees_answers, loads=held)
     costs, file = state["costs"], state["file"]
-    result["verify_costs"] = {
-        "context": file["context"],
-        "seconds": {str(k): v for k, v in costs.verify.items()},
-        "plain_token_seconds": costs.plain_token,
-        "source": file.get("source", "-"),
-        "digest": file.get("digest"),
-    }
-    if costs.tree:
-        result["verify_costs"]["tree_seconds"] = {str(k): v for k, v in costs.tree.items()}
-    if costs.draft:
-        result["verify_costs"]["draft_seconds"] = {str(k): v for k, v in costs.draft.items()}
+    result["verify_costs"] = verify_record(costs, file)
     # How far the machine moved from the cost model over the cell: its curve's ends re-timed.
     result["cost_drift"] = end_probe(state["target"], [0] * file["context"], file, sorted({1, 2, num_draft + 1}))
     # The speedup its rounds predict at those costs, plain decoding priced at its measured speed
