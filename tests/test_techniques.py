@@ -216,3 +216,17 @@ def test_drafting_rows_split_into_the_loops_factor_and_the_drafts():
     rag = cats.loc[("prompt lookup (best)", "rag")]
     assert rag.loop_factor == pytest.approx(1.10) and rag.drafts_factor == pytest.approx(1.65 / 1.10)
     assert cats.loc[("prompt lookup (best)", "qa")].drafts_factor == pytest.approx(1.20 / 1.02)
+
+
+def test_a_sampled_cell_has_no_token_check_and_a_greedy_one_keeps_its_own():
+    """A generate cell at a temperature emits the target's samples, never its greedy tokens:
+    its row says the token check does not apply (None), while a greedy cell that diverged
+    stays marked as diverged."""
+    from fewerpasses.report.techniques import _row
+
+    base = {"peak_memory_gb": 1.0, "candidate_tps": 10.0, "speedup": 1.0, "speedup_ci": [0.9, 1.1]}
+    base.update({"geomean": 1.0, "speedup_prompts_ci": [0.9, 1.1], "tokens_per_pass": 1.5, "acceptance_rate": 0.3})
+    sampled = _row("m", "generate", "c", {**base, "temperature": 0.7, "lossless": False}, None)
+    greedy = _row("m", "generate", "c", {**base, "temperature": 0.0, "lossless": False}, None)
+    assert sampled["lossless"] is None
+    assert greedy["lossless"] is False
