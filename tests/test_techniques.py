@@ -222,6 +222,7 @@ def test_a_sampled_cell_has_no_token_check_and_a_greedy_one_keeps_its_own():
     """A generate cell at a temperature emits the target's samples, never its greedy tokens:
     its row says the token check does not apply (None), while a greedy cell that diverged
     stays marked as diverged."""
+    from fewerpasses.report.tables import lossless_text
     from fewerpasses.report.techniques import _row
 
     base = {"peak_memory_gb": 1.0, "candidate_tps": 10.0, "speedup": 1.0, "speedup_ci": [0.9, 1.1]}
@@ -230,3 +231,4 @@ def test_a_sampled_cell_has_no_token_check_and_a_greedy_one_keeps_its_own():
     greedy = _row("m", "generate", "c", {**base, "temperature": 0.0, "lossless": False}, None)
     assert sampled["lossless"] is None
     assert greedy["lossless"] is False
+    assert lossless_text(None, 0, 0) == "not checked" and lossless_text(False, 0, 1) == "**NO: diverged**"

@@ -89,7 +89,10 @@ def real_divergences(cell: dict) -> int:
 
 
 def lossless_text(lossless, ties, real) -> str:
-    """The table's word for a cell's check: yes, yes with its numerical ties, or NO."""
+    """The table's word for a cell's check: yes, yes with its numerical ties, NO, or not
+    checked (None: a sampled cell, report/techniques.py:sampled)."""
+    if lossless is None:
+        return "not checked"
     if lossless:
         return "yes"
     if not real and ties:

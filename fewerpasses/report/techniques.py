@@ -98,6 +98,14 @@ def _intervals(cell: Dict) -> Dict:
     }
 
 
+def sampled(cell: Dict) -> bool:
+    """Whether a cell decoded with a sampler (a generate cell at a temperature): its tokens
+    follow the target's sampling distribution, not its greedy output, so neither the token
+    check nor plain's answers on the question set apply to it (tests/test_generate.py checks
+    the sampling rule itself)."""
+    return bool(cell.get("temperature"))
+
+
 def _row(target, technique, config, cell, quality, extra_gb=0.0, draft="-", basis="") -> Dict:
     return {
         "target": target,
@@ -115,9 +123,7 @@ def _row(target, technique, config, cell, quality, extra_gb=0.0, draft="-", basi
         "quality_basis": basis,
         "tokens_per_pass": cell["tokens_per_pass"],
         "acceptance_rate": cell["acceptance_rate"],
-        # A sampled cell's tokens follow the target's sampling distribution, not its greedy
-        # output, so no token check applies to it (tests/test_generate.py checks the rule).
-        "lossless": None if cell.get("temperature") else cell["lossless"],
+        "lossless": None if sampled(cell) else cell["lossless"],
         "numerical_ties": cell.get("numerical_ties", 0),
         "token_agreement": cell.get("token_agreement"),
         # Where a technique measures them (prompt lookup): its drafting time over its total
@@ -191,6 +197,8 @@ def compare(
         for tech, row_name, label, cell in chosen_rows(t, cells, earlier_study or {}, REGISTRY.values()):
             if tech.bound:
                 score, basis = float("nan"), "none: a bound, not run on the question set"
+            elif sampled(cell):
+                score, basis = float("nan"), "none: sampled, not run on the question set"
             elif tech.lossless:
                 score, basis = _checked_quality(checks.get(t), row_name, q)
                 if not cell["lossless"] and real_divergences(cell):
