@@ -12,6 +12,7 @@ from fewerpasses.core.models import load
 from fewerpasses.head.cell import head_stream
 from fewerpasses.lookup.confidence import gate_for
 from fewerpasses.lookup.confidence import Calibration, ConfidenceGate, best_length, count_bins, load_calibration
+from fewerpasses.lookup.confidence import ChainScores, LiveCalibration
 from fewerpasses.head.draft import HeadDrafter
 from fewerpasses.head.target import HeadedTarget
 from fewerpasses.lookup.draft import DraftPolicy
@@ -210,3 +211,61 @@ def test_the_head_knows_its_last_token_is_read_over_a_reused_prompt_cache(target
     assert not d.ready()
     d.append(11)
     assert d.ready()
+
+
+def test_a_live_calibration_over_a_held_out_one_starts_from_it_and_learns():
+    base = flat(0.9)
+    live = LiveCalibration(base=base)
+    assert live.edges == base.edges and live.positions == base.positions and live.first_p == base.first_p
+    assert live.chance(0, 0.75) == pytest.approx(base.chance(0, 0.75))
+    # Chains whose first token (p = 0.75) was never kept: that bin falls, the other stays.
+    for _ in range(40):
+        live.score([0.75, 0.75], 0)
+    assert live.chance(0, 0.75) < 0.2 < 0.85 < live.chance(0, 0.25) == pytest.approx(base.chance(0, 0.25))
+    assert live.chance(1, 0.75) == pytest.approx(base.chance(1, 0.75))  # never tested: never counted
+    assert live.first_p == [0.0, 1.0]
+    # Evidence fades back toward the held-out estimate.
+    live.emitted(20_000)
+    assert live.chance(0, 0.75) == pytest.approx(base.chance(0, 0.75), abs=0.01)
+
+
+def test_chains_are_scored_at_their_first_miss_or_their_end():
+    live = LiveCalibration(base=flat(0.5))
+    scores = ChainScores(live)
+    scores.add([1, 2, 3], [0.9, 0.9, 0.1])
+    scores.add([2, 7], [0.9, 0.9])
+    for token in (1, 2, 9):
+        scores.emitted(token)
+    # The first chain kept 1 and 2 and missed 3 at the emitted 9; the second missed at once.
+    assert scores.live == []
+    # Each emitted token fades the counts before it (0.999): the second chain was counted
+    # after the first token, the first chain after the third.
+    f = 0.999
+    assert live.seen[0][1] == pytest.approx(f**3 + f) and live.kept[0][1] == pytest.approx(f)
+    assert live.seen[1][1] == pytest.approx(f) and live.kept[1][1] == pytest.approx(f)
+    assert live.seen[2][0] == pytest.approx(f) and live.kept[2][0] == 0.0
+
+
+def test_a_head_with_a_live_calibration_learns_its_drafts_are_refused(target):
+    """A random head whose held-out record calls it nearly sure: with that record fixed it
+    drafts every round it can; with a live calibration over it, the head scores each chain
+    against the tokens emitted, learns that they are refused, and drafts less. Tokens stay
+    plain's either way."""
+    headed = HeadedTarget(target, random_head(target, seed=1))
+    # A steep verify curve: a pass of k drafts costs 1 + 0.5 k plain tokens, so a draft pays
+    # only where its first token is kept more often than not.
+    steep = [1.0 + 0.5 * k for k in range(5)]
+    costs = DecodeCosts({k: 0.01 * s for k, s in enumerate(steep, start=1)}, 0.01, draft={k: 0.0 for k in range(1, 5)})
+    policy = DraftPolicy(num_draft=4, max_ngram=1, min_ngram=1, verify_cost=tuple(steep), restart_cost=0.0)
+    p = mx.array(list(range(40, 80)), dtype=mx.uint32)
+    want = timed_generation(lambda: plain_stream(target, p, 60), 40).tokens
+    drafted, kept = {}, {}
+    for name, cal in (("held-out", flat(0.999)), ("live", LiveCalibration(base=flat(0.999)))):
+        gate = gate_for(cal, costs, 4, live_prior=name == "live")
+        got = timed_generation(lambda: head_stream(headed, 60, policy, 0.0, gate)(p), 40)
+        assert got.tokens == want, name
+        drafted[name], kept[name] = got.drafted, got.accepted
+    assert kept["held-out"] < drafted["held-out"] / 4  # its drafts are mostly refused
+    # The random head's probabilities are all below 0.5 (the test above): bin 0 learned.
+    assert sum(map(sum, cal.seen)) > 0 and cal.chance(0, 0.25) < 0.5
+    assert drafted["live"] < drafted["held-out"] / 2

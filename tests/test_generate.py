@@ -3,6 +3,7 @@ token with every drafter; sampled output follows the target's sampling distribut
 chi-square test against the exact distribution, which a biased acceptance rule fails); the
 responses, the prompt cache and bad arguments behave as mlx-lm's; the command line works."""
 
+import json
 import math
 import subprocess
 import sys
@@ -308,6 +309,45 @@ def test_suffix_memory_across_calls_is_bounded_in_tokens(tiny):
     m.add([1, 2, 3])
     m.add([4, 5, 6, 7, 8, 9])
     assert m.held() == [[5, 6, 7, 8, 9]]
+
+
+def test_a_sampled_generation_prices_the_head_at_what_sampling_keeps(tiny, tmp_path):
+    """A head with a held-out calibration that calls it nearly sure: greedy generations price
+    its rounds at that record, unchanged; sampled ones at a calibration of their own that
+    starts from it and counts every chain the head read against the tokens sampled, so a
+    head whose sampled drafts are refused comes to draft less."""
+    import shutil
+
+    from fewerpasses.generate.api import load_drafter
+    from fewerpasses.lookup.confidence import Calibration, LiveCalibration
+
+    path, model, tok, head = tiny
+    sure = tmp_path / "head"
+    shutil.copytree(head, sure)
+    n = 1000.0
+    record = Calibration((0.0, 0.5, 1.0), ((0.99 * n, 0.99 * n),) * 4, ((n, n),) * 4)
+    (sure / "calibration.json").write_text(json.dumps(record.to_dict()))
+    s = {"head": str(sure)}
+    # Verifying k drafts costs 1 + 0.3 k plain tokens: a draft pays only where it is kept.
+    costs = {**FLAT, "verify": {str(k): {"seconds": 1.0 + 0.3 * (k - 1)} for k in range(1, 10)}}
+    built = load_drafter(model, "head", s, costs)
+    hot = make_sampler(temp=1.5)
+    mx.random.seed(0)
+    runs = []
+    for text in (PROMPT, TEXT[150:350], TEXT[300:500], TEXT[400:600]):
+        last = list(stream_generate(model, tok, text, max_tokens=40, drafter="head", drafter_settings=s, costs=costs,
+                                    sampler=hot))[-1]  # fmt: skip
+        runs.append((last.drafted_tokens, last.kept_tokens))
+    list(stream_generate(model, tok, PROMPT, max_tokens=20, drafter="head", drafter_settings=s, costs=costs))
+    greedy, sampled = built.gate(built.costs, False), built.gate(built.costs, True)
+    assert greedy.calibration == record and greedy.looks > 0
+    assert isinstance(sampled.calibration, LiveCalibration) and sampled.calibration.base == record
+    live = sampled.calibration
+    assert sum(map(sum, live.seen)) > 0 and live.chance(0, 0.25) < record.chance(0, 0.25) - 0.3
+    # The first answer drafted at the held-out record's rate until it learned; by the last,
+    # its rounds are plain steps (at the record's rate, each pass would draft 4 tokens).
+    assert sum(k for _, k in runs) < sum(d for d, _ in runs) / 3
+    assert runs[0][0] >= 4 and runs[-1][0] < 10
 
 
 def test_the_generate_cell_prices_each_drafter_at_its_own_cells_cost_model():

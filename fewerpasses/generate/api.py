@@ -26,6 +26,7 @@ import mlx.nn as nn
 from mlx_lm.generate import GenerationResponse, generation_stream, wired_limit
 from mlx_lm.generate import stream_generate as mlx_stream_generate
 from mlx_lm.models.cache import make_prompt_cache as mlx_make_prompt_cache
+from mlx_lm.sample_utils import greedy_sampler
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from ..core.sampling import TokenChoice, quantizer
@@ -186,6 +187,8 @@ def _drafted(
     cache = _complete_cache(prompt_cache, runner) if prompt_cache is not None else mlx_make_prompt_cache(runner)
     start = cache[0].offset
     choice = TokenChoice(sampler, logits_processors)
+    # mlx-lm's sampler at temperature 0 (its server and CLI pass one) is greedy decoding.
+    sampled = sampler is not None and sampler is not greedy_sampler
     costs = built.costs
     policy = gated(built.policy, costs)
     limit = sys.maxsize if max_tokens < 0 else max_tokens
@@ -195,7 +198,7 @@ def _drafted(
         limit,
         policy,
         prefill_step_size=prefill_step_size,
-        index=lambda tokens, p: built.index(tokens, p, costs),
+        index=lambda tokens, p: built.index(tokens, p, costs, sampled),
         choice=choice,
         cache=cache,
         after_pass=quantizer(kv_bits, kv_group_size, quantized_kv_start),

@@ -133,11 +133,19 @@ def generate_cell(
             # The head's weights, loaded beside the target's (the hybrid's under its table).
             heads = [getattr(m, "head", None) for m in (built.runner, getattr(built.runner, "target", None))]
             head_module = next((h for h in heads if isinstance(h, DraftHead)), None)
-            return {
+            out = {
                 "extra_weight_gb": weight_gb(head_module) if head_module is not None else 0.0,
                 "sampling": "greedy" if temperature == 0 else f"temperature {temperature}: the target's distribution",
                 "verify_costs": verify,
             }
+            # Over every run of the cell, its warm-up included: the rounds each of the hybrid's
+            # sources won, and the confidence gate's looks (the sampled one's, when sampling).
+            if drafter == "hybrid":
+                out["chosen"] = dict(built.chosen)
+            gate = built.gate(built.costs, temperature > 0) if built.gate is not None else None
+            if gate is not None:
+                out["confidence_gate"] = gate.record()
+            return out
 
         mx.random.seed(replicate)
         return Candidate(candidate, extra, baseline=baseline)

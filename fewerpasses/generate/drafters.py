@@ -18,6 +18,13 @@ the kind of cost model that prices its rounds (the pipeline's `results/costs/<mo
 
 `head` defaults to the head this project ships (models/smollm2-head) where the model is the
 one it was trained for (SmolLM2-135M-Instruct's shape); elsewhere it is required.
+
+A drafter that prices rounds by its own probabilities (recycle, head, hybrid) keeps one
+confidence gate per cost model for greedy generations, and one for sampled ones: a sampled
+draft is kept with the target's probability of it, not where it is the target's most likely
+token. The sampled gate of a head starts from its held-out (greedy) calibration and learns,
+from every chain it reads, how often a sampled one is kept (lookup/confidence.py
+`LiveCalibration`), its estimate of a look's worth following what it learned.
 """
 
 from collections import deque
@@ -92,8 +99,9 @@ class Drafter:
     runner: nn.Module
     policy: DraftPolicy
     kind: str
-    # index(tokens, policy, costs) -> the loop's draft index for a generation from `tokens`;
-    # `costs` (measure.costs.DecodeCosts) for a drafter that prices its own rounds (the hybrid).
+    # index(tokens, policy, costs, sampled=False) -> the loop's draft index for a generation
+    # from `tokens`; `costs` (measure.costs.DecodeCosts) for a drafter that prices its own
+    # rounds, `sampled` whether the generation samples (module docstring).
     index: Callable
     # For a drafter that computes (reads weights to draft), its index over a filled cache, as
     # a cost model times its drafting (measure/cost_model.py:CostTarget).
@@ -101,6 +109,8 @@ class Drafter:
     memory: Optional[AnswerMemory] = None
     # The hybrid: how many rounds each source won, over every generation.
     chosen: Dict[str, int] = field(default_factory=dict)
+    # For a drafter with a confidence gate: `(costs, sampled) -> ConfidenceGate` (`_gates`).
+    gate: Optional[Callable] = None
     # The cost model its gate prices rounds at (generate/costs.py): the file, and its costs
     # up to the drafter's length (measure.costs.DecodeCosts).
     cost_file: Optional[Dict] = None
@@ -163,13 +173,13 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
         policy = DraftPolicy(
             num_draft=n, max_ngram=int(s["max_ngram"]), min_ngram=int(s["min_ngram"]), run_on=bool(s["run_on"])
         )
-        return Drafter(name, s, model, policy, "plain", lambda tokens, p, costs: NgramIndex(tokens, p))
+        return Drafter(name, s, model, policy, "plain", lambda tokens, p, costs, sampled=False: NgramIndex(tokens, p))
     if name == "suffix":
         trie = SuffixSettings(int(s["max_depth"]), int(s["min_match"]), float(s["match_factor"]), float(s["min_prob"]))
         m = max(1, trie.min_match)
         policy = DraftPolicy(num_draft=n, max_ngram=m, min_ngram=m, acceptance=str(s["acceptance"]))
         memory = AnswerMemory(int(s["memory_tokens"]))
-        index = lambda tokens, p, costs: SuffixIndex(tokens, trie, memory.held())  # noqa: E731
+        index = lambda tokens, p, costs, sampled=False: SuffixIndex(tokens, trie, memory.held())  # noqa: E731
         return Drafter(name, s, model, policy, "plain", index, memory=memory)
     if name == "recycle":
         top_k, rows = int(s["top_k"]), int(s["rows"])
@@ -183,8 +193,9 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
             runner,
             policy,
             kind,
-            lambda tokens, p, costs: RecycleDrafter(list(tokens), gate=gate(costs)),
+            lambda tokens, p, costs, sampled=False: RecycleDrafter(list(tokens), gate=gate(costs, sampled)),
             RecycleDrafter,
+            gate=gate,
         )
     path = head_path(model, s["head"])
     s["head"] = str(path)
@@ -200,8 +211,9 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
             headed,
             policy,
             HEAD.cost_kind({"head": path.name}, {}),
-            lambda tokens, p, costs: HeadDrafter(headed, tokens, min_prob, gate(costs)),
+            lambda tokens, p, costs, sampled=False: HeadDrafter(headed, tokens, min_prob, gate(costs, sampled)),
             lambda tokens: HeadDrafter(headed, tokens, min_prob=0.0),
+            gate=gate,
         )
     top_k = int(s["top_k"])
     runner = RecyclingTarget(headed, top_k)
@@ -214,27 +226,37 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
         HYBRID.cost_kind({"head": path.name}, {"top_k": top_k}),
         None,
         lambda tokens: HeadDrafter(headed, tokens, 0.0),
+        gate=gate,
     )
-    drafter.index = lambda tokens, p, costs: hybrid_index(runner, p, costs, min_prob, drafter.chosen, gate(costs))(
-        tokens
-    )
+
+    def index(tokens, p, costs, sampled=False):
+        return hybrid_index(runner, p, costs, min_prob, drafter.chosen, gate(costs, sampled))(tokens)
+
+    drafter.index = index
     return drafter
 
 
 def _gates(calibration, num_draft: int, live: bool = False):
-    """`costs -> ConfidenceGate or None`: a confidence gate (lookup/confidence.py) for the cost
-    model a generation prices at, over a head's `calibration` or, `live`, a calibration of
-    the recycled table's probabilities counted as requests run; one for as long as that cost
+    """`(costs, sampled) -> ConfidenceGate or None`: a confidence gate (lookup/confidence.py)
+    for the cost model a generation prices at, over a head's `calibration` (greedy), or
+    counted as requests run: the recycled table's probabilities' (`live`), a head's sampled
+    acceptance from its calibration on (`sampled`). One per mode for as long as that cost
     model is the drafter's (so it carries across requests). None without a calibration, or
     without costs (an ungated drafter)."""
     held: dict = {}
 
-    def gate(costs):
+    def gate(costs, sampled: bool = False):
         if (calibration is None and not live) or costs is None:
             return None
         if held.get("costs") is not costs:
-            cal = LiveCalibration(positions=num_draft) if live else calibration
-            held.update(costs=costs, gate=gate_for(cal, costs, num_draft))
-        return held["gate"]
+            held.clear()
+            held["costs"] = costs
+        if sampled not in held:
+            if live:
+                cal = LiveCalibration(positions=num_draft)
+            else:
+                cal = LiveCalibration(base=calibration) if sampled else calibration
+            held[sampled] = gate_for(cal, costs, num_draft, live_prior=sampled and not live)
+        return held[sampled]
 
     return gate

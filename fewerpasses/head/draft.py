@@ -12,14 +12,16 @@ Without a calibration a draft stops where the head's own probability of a token 
 `ConfidenceGate`, lookup/confidence.py) the head prices its own rounds (`gated_length`, the loop's
 hook): it looks only where looking is expected to pay, runs its first step and reads its
 probability, stops there where even its best followers could not pay, and else drafts the
-length its calibrated per-token chances make worth most, which may be none.
+length its calibrated per-token chances make worth most, which may be none. Where that
+calibration is live (a held-out one the head adapts as it runs, as the generate API's does
+when sampling), every chain it read is scored against the tokens the target emits after it.
 """
 
 from typing import List, Optional, Tuple
 
 import mlx.core as mx
 
-from ..lookup.confidence import ConfidenceGate, best_length
+from ..lookup.confidence import ChainScores, ConfidenceGate, best_length
 from .target import HeadCache, HeadedTarget
 
 
@@ -41,6 +43,9 @@ class HeadDrafter:
         self._draft: Optional[List[int]] = None  # the gate's chosen draft for this history
         # The last look's length and expected tokens per unit of cost (1.0: no draft).
         self.offer: Tuple[int, float] = (0, 1.0)
+        # A live calibration learns from the chains the gate read (a held-out one is fixed).
+        live = gate is not None and hasattr(gate.calibration, "score")
+        self.scores = ChainScores(gate.calibration) if live else None
         if gate is not None:
             self.gated_length = self._gated_length
 
@@ -57,6 +62,8 @@ class HeadDrafter:
         self.last = int(token)
         self.history += 1
         self._draft = None
+        if self.scores is not None:
+            self.scores.emitted(self.last)
         if self.gate is not None:
             self.gate.emitted()
 
@@ -133,9 +140,13 @@ class HeadDrafter:
         if not gate.first_pays(p1, limit):
             c.drop(1)
             gate.looked(0.0, False)
+            if self.scores is not None:  # a first token is evidence for its bin too
+                self.scores.add([int(token.item())], [p1])
             return 0
         toks, probs = self._chain(limit, (token, p, feature))
         c.drop(len(toks))
+        if self.scores is not None:
+            self.scores.add(toks, probs)
         k, gain = best_length(gate.chances(probs), gate.verify_cost, overhead)
         gate.looked(gain, k > 0)
         self._draft = toks[:k] if k else None

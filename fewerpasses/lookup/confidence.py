@@ -7,9 +7,14 @@ recent rounds (EAGLE-2's premise), but it is not itself that chance. A calibrati
 one: reliability bins of P(kept | p) per drafted position (the j-th token, given the ones
 before it were kept). `Calibration` is counted on held-out prompts (training/head_calibrate.py
 writes a head's beside it, `calibration.json`); `LiveCalibration` is counted as a cell runs,
-from every drafted chain scored against the tokens the target then emits (each bin starting
+from every chain the drafter read scored against the tokens the target then emits (each bin starting
 from a prior), for a drafter with no held-out record (the recycled predictions' table, whose
-probabilities are the model's own in an earlier context). A round then drafts the length
+probabilities are the model's own in an earlier context), or, for a head that samples, starting
+from the held-out one (`LiveCalibration(base=...)`: under a sampler a drafted token is kept with
+the target's probability of it, not where it is the target's most likely token, so the
+held-out record of greedy acceptance is where the estimate starts, not where it stays). A
+drafter that scores its chains (`ChainScores`) counts every chain it read against the tokens
+the target emits after it, drafted or not. A round then drafts the length
 whose expected tokens per unit of cost are the most, each token priced at its own calibrated
 chance, and none where no length beats a plain step (`best_length`).
 
@@ -105,16 +110,21 @@ class Calibration:
 
 class LiveCalibration:
     """A calibration counted as the cell runs (see the module's docstring): the same bins and
-    `chance` as `Calibration`, each bin starting from `prior` times its middle probability,
-    held as BIN_PRIOR drafts, with evidence that fades per emitted token (`LIVE_DECAY`)."""
+    `chance` as `Calibration`, each bin starting from `prior` times its middle probability, or
+    with a `base` (a held-out `Calibration`, whose bins and positions it then has) from the
+    base's chance there, held as BIN_PRIOR drafts, with evidence that fades per emitted token
+    (`LIVE_DECAY`)."""
 
     def __init__(self, edges: Sequence[float] = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0), positions: int = 4,
-                 prior: float = 0.5):  # fmt: skip
-        self.edges = tuple(edges)
+                 prior: float = 0.5, base: Optional[Calibration] = None):  # fmt: skip
+        self.base = base
+        self.edges = tuple(base.edges if base is not None else edges)
         self.prior = prior
+        positions = base.positions if base is not None else positions
         bins = len(self.edges) - 1
         self.kept = [[0.0] * bins for _ in range(positions)]
         self.seen = [[0.0] * bins for _ in range(positions)]
+        self.version = 0  # chains scored so far
 
     @property
     def positions(self) -> int:
@@ -125,7 +135,8 @@ class LiveCalibration:
 
     def chance(self, j: int, p: float) -> float:
         j, b = min(j, self.positions - 1), self._bin(p)
-        start = self.prior * (self.edges[b] + self.edges[b + 1]) / 2
+        middle = (self.edges[b] + self.edges[b + 1]) / 2
+        start = self.base.chance(j, middle) if self.base is not None else self.prior * middle
         return (self.kept[j][b] + BIN_PRIOR * start) / (self.seen[j][b] + BIN_PRIOR)
 
     def best_chance(self, j: int) -> float:
@@ -133,9 +144,12 @@ class LiveCalibration:
 
     @property
     def first_p(self) -> List[float]:
+        """The share of first steps in each bin: counted, else the base's, else even."""
         total = sum(self.seen[0])
         bins = len(self.edges) - 1
-        return [s / total for s in self.seen[0]] if total else [1.0 / bins] * bins
+        if total:
+            return [s / total for s in self.seen[0]]
+        return self.base.first_p if self.base is not None else [1.0 / bins] * bins
 
     def score(self, probs: Sequence[float], kept: int) -> None:
         """A chain whose first `kept` tokens were kept: each of those counts kept in its bin,
@@ -146,6 +160,7 @@ class LiveCalibration:
             b = self._bin(p)
             self.seen[j][b] += 1.0
             self.kept[j][b] += 1.0 if j < kept else 0.0
+        self.version += 1
 
     def emitted(self, n: int = 1) -> None:
         f = LIVE_DECAY**n
@@ -157,6 +172,33 @@ class LiveCalibration:
 # A live calibration's evidence fades by this much per emitted token (a half-life of about
 # 700 tokens: several answers, as a cell's prompts differ).
 LIVE_DECAY = 0.999
+
+
+class ChainScores:
+    """Chains a drafter read, each with its probabilities, scored into a live calibration
+    against the tokens emitted after it: kept so far, or counted at its first miss or its end.
+    Exact whether or not the chain was drafted: greedy output does not depend on the draft,
+    and a sampled token is the target's own sample at its place (core/sampling.py)."""
+
+    def __init__(self, calibration: LiveCalibration):
+        self.calibration = calibration
+        self.live: List[list] = []  # [chain, its probabilities, kept so far]
+
+    def add(self, chain: Sequence[int], probs: Sequence[float]) -> None:
+        if chain:
+            self.live.append([list(chain), list(probs), 0])
+
+    def emitted(self, token: int) -> None:
+        live = []
+        for entry in self.live:
+            chain, probs, kept = entry
+            if chain[kept] == token and kept + 1 < len(chain):
+                entry[2] = kept + 1
+                live.append(entry)
+                continue
+            self.calibration.score(probs, kept + (chain[kept] == token))
+        self.live = live
+        self.calibration.emitted()
 
 
 def load_calibration(head_dir) -> Optional[Calibration]:
@@ -204,14 +246,26 @@ class ConfidenceGate:
     whole run: see the module's docstring. `calibration` is a `Calibration` or a
     `LiveCalibration`; `verify_cost[k]` is a pass verifying k drafts and `draft_cost[k]` the
     drafter computing k tokens (zeros for a table read), both in plain tokens; `restart`
-    leaving plain decoding's pipeline."""
+    leaving plain decoding's pipeline. With `live_prior` (a live calibration over a held-out
+    one) the prior follows the calibration: it is recomputed as chains are scored, so that
+    evidence fades back toward what the calibration has learned, not toward its start."""
 
-    def __init__(self, calibration, verify_cost: Sequence[float], draft_cost: Sequence[float], restart: float):
+    def __init__(self, calibration, verify_cost: Sequence[float], draft_cost: Sequence[float], restart: float,
+                 live_prior: bool = False):  # fmt: skip
         self.calibration = calibration
         self.verify_cost, self.draft_cost, self.restart = list(verify_cost), list(draft_cost), restart
-        self.prior = self.calibrated_gain()
+        self.live_prior = live_prior
+        self._prior = (getattr(calibration, "version", None), self.calibrated_gain())
         self.gain = self.weight = 0.0
         self.looks = self.drafts = 0
+
+    @property
+    def prior(self) -> float:
+        """The calibration's own estimate of a look's gain (`calibrated_gain`): at the start,
+        or with `live_prior`, as of the chains scored so far."""
+        if self.live_prior and self.calibration.version != self._prior[0]:
+            self._prior = (self.calibration.version, self.calibrated_gain())
+        return self._prior[1]
 
     def chances(self, probs: Sequence[float]) -> List[float]:
         return [self.calibration.chance(j, p) for j, p in enumerate(probs)]
@@ -269,10 +323,10 @@ def plain_token_curves(costs, num_draft: int) -> Tuple[List[float], List[float]]
     return verify, draft
 
 
-def gate_for(calibration, costs, num_draft: int) -> Optional[ConfidenceGate]:
+def gate_for(calibration, costs, num_draft: int, live_prior: bool = False) -> Optional[ConfidenceGate]:
     """A cell's confidence gate: `calibration` priced at its cost model's passes
     (`plain_token_curves`, and leaving the pipeline); None without a calibration."""
     if calibration is None:
         return None
     verify, draft = plain_token_curves(costs, num_draft)
-    return ConfidenceGate(calibration, verify, draft, costs.restart / costs.plain_token)
+    return ConfidenceGate(calibration, verify, draft, costs.restart / costs.plain_token, live_prior)

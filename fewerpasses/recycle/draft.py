@@ -20,7 +20,7 @@ calibration learns from every round it looked at."""
 
 from typing import Dict, List, Optional, Tuple
 
-from ..lookup.confidence import ConfidenceGate, best_length
+from ..lookup.confidence import ChainScores, ConfidenceGate, best_length
 from .table import TableCache
 
 
@@ -81,7 +81,8 @@ class RecycleDrafter:
         self._row: Optional[List[int]] = None  # the row the pending draft was read from
         self.gate = gate
         self._draft: Optional[List[int]] = None  # the gate's chosen draft for this history
-        self._scoring: List[list] = []  # chains being scored: [chain, its probabilities, kept so far]
+        # The chains the gate looked at, scored into its calibration as tokens are emitted.
+        self.scores = ChainScores(gate.calibration) if gate is not None else None
         if gate is not None:
             self.gated_length = self._gated_length
 
@@ -100,22 +101,8 @@ class RecycleDrafter:
         self.last = int(token)
         self._draft = None
         if self.gate is not None:
-            self._score(int(token))
+            self.scores.emitted(int(token))
             self.gate.emitted()
-            self.gate.calibration.emitted()
-
-    def _score(self, token: int) -> None:
-        """Each chain the gate looked at, against the token emitted: kept so far, or scored
-        into the calibration at its first miss or its end."""
-        live = []
-        for entry in self._scoring:
-            chain, probs, kept = entry
-            if chain[kept] == token and kept + 1 < len(chain):
-                entry[2] = kept + 1
-                live.append(entry)
-                continue
-            self.gate.calibration.score(probs, kept + (chain[kept] == token))
-        self._scoring = live
 
     def _gated_length(self, limit: int, overhead: float = 0.0, known: bool = True) -> int:
         """The loop's gate (see the module's docstring); the draft it sizes waits for
@@ -130,7 +117,7 @@ class RecycleDrafter:
         if not chain:  # no row yet after this token: the look found nothing
             gate.looked(0.0, False)
             return 0
-        self._scoring.append([chain, probs, 0])
+        self.scores.add(chain, probs)
         k, gain = best_length(gate.chances(probs), gate.verify_cost, overhead)
         gate.looked(gain, k > 0)
         self._draft = chain[:k] if k else None
