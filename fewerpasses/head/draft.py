@@ -10,9 +10,10 @@ the head's cache, since the verify pass refills those positions from the target'
 Without a calibration a draft stops where the head's own probability of a token falls below
 `min_prob`, and the loop's cost gate sizes rounds from recent acceptance. With one (a
 `ConfidenceGate`, lookup/confidence.py) the head prices its own rounds (`gated_length`, the loop's
-hook): it looks only where looking is expected to pay, runs its first step and reads its
-probability, stops there where even its best followers could not pay, and else drafts the
-length its calibrated per-token chances make worth most, which may be none. Where that
+hook): it looks only where looking is expected to pay, runs its chain and reads it with
+each token's probability, declines where its first token's could not pay even with its
+followers at their best, and else drafts the length its calibrated per-token chances make
+worth most, which may be none. Where that
 calibration is live (a held-out one the head adapts as it runs, as the generate API's does
 when sampling), every chain it read is scored against the tokens the target emits after it.
 """
@@ -77,17 +78,12 @@ class HeadDrafter:
         c = self.cache
         return c is not None and c.pending is not None and c.fed - self._held == self.history - 1
 
-    def _chain(self, limit: int, first: Optional[Tuple] = None) -> Tuple[List[int], List[float]]:
+    def _chain(self, limit: int) -> Tuple[List[int], List[float]]:
         """Up to `limit` drafted tokens and the head's probability of each, built as one graph
-        and read once; `first` continues from a step already read (its token, probability and
-        next feature). The steps stay in the head's cache: the caller drops them."""
+        and read once. The steps stay in the head's cache: the caller drops them."""
         c = self.cache
-        if first is None:
-            feature, token, toks, probs = c.pending, mx.array(self.last), [], []
-        else:
-            token, p, feature = first
-            toks, probs = [token], [p]
-        for _ in range(limit - len(toks)):
+        feature, token, toks, probs = c.pending, mx.array(self.last), [], []
+        for _ in range(limit):
             logits, feature = self.head(self.headed.embed(token.reshape(1, 1)), feature, cache=c)
             row = logits[0, -1]
             best = mx.argmax(row)
@@ -131,22 +127,17 @@ class HeadDrafter:
             return limit if gate.worth_looking(overhead) else 0
         if not gate.worth_looking(0.0):
             return 0
+        # The whole chain, built as one graph and read once: reading the first step on its own
+        # to decide whether to go on costs a host sync (and a graph) more per round than the
+        # steps it could save (a head step is cheap beside one).
         c = self.cache
-        logits, feature = self.head(self.headed.embed(mx.array([[self.last]])), c.pending, cache=c)
-        row = logits[0, -1]
-        best = mx.argmax(row)
-        p, token = mx.softmax(row, precise=True)[best], self.head.to_target(best)
-        p1 = p.item()
-        if not gate.first_pays(p1, limit):
-            c.drop(1)
-            gate.looked(0.0, False)
-            if self.scores is not None:  # a first token is evidence for its bin too
-                self.scores.add([int(token.item())], [p1])
-            return 0
-        toks, probs = self._chain(limit, (token, p, feature))
+        toks, probs = self._chain(limit)
         c.drop(len(toks))
         if self.scores is not None:
             self.scores.add(toks, probs)
+        if not gate.first_pays(probs[0], limit):
+            gate.looked(0.0, False)
+            return 0
         k, gain = best_length(gate.chances(probs), gate.verify_cost, overhead)
         gate.looked(gain, k > 0)
         self._draft = toks[:k] if k else None
