@@ -243,20 +243,20 @@ def _gates(calibration, num_draft: int, live: bool = False):
     acceptance from its calibration on (`sampled`). One per mode for as long as that cost
     model is the drafter's (so it carries across requests). None without a calibration, or
     without costs (an ungated drafter)."""
-    held: dict = {}
+    held = {"costs": None, "gates": {}}  # the cost model priced at, and its gate per mode
 
     def gate(costs, sampled: bool = False):
         if (calibration is None and not live) or costs is None:
             return None
-        if held.get("costs") is not costs:
-            held.clear()
-            held["costs"] = costs
-        if sampled not in held:
+        if held["costs"] is not costs:
+            held.update(costs=costs, gates={})
+        gates = held["gates"]
+        if sampled not in gates:
             if live:
                 cal = LiveCalibration(positions=num_draft)
             else:
                 cal = LiveCalibration(base=calibration) if sampled else calibration
-            held[sampled] = gate_for(cal, costs, num_draft, live_prior=sampled and not live)
-        return held[sampled]
+            gates[sampled] = gate_for(cal, costs, num_draft, live_prior=sampled and not live)
+        return gates[sampled]
 
     return gate

@@ -13,9 +13,9 @@ Without a calibration a draft stops where the head's own probability of a token 
 hook): it looks only where looking is expected to pay, runs its chain and reads it with
 each token's probability, declines where its first token's could not pay even with its
 followers at their best, and else drafts the length its calibrated per-token chances make
-worth most, which may be none. Where that
-calibration is live (a held-out one the head adapts as it runs, as the generate API's does
-when sampling), every chain it read is scored against the tokens the target emits after it.
+worth most, which may be none. Where that calibration is live (a held-out one the head
+adapts as it runs, as the generate API's does when sampling), every chain it read is scored
+against the tokens the target emits after it.
 """
 
 from typing import List, Optional, Tuple

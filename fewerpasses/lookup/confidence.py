@@ -7,16 +7,15 @@ recent rounds (EAGLE-2's premise), but it is not itself that chance. A calibrati
 one: reliability bins of P(kept | p) per drafted position (the j-th token, given the ones
 before it were kept). `Calibration` is counted on held-out prompts (training/head_calibrate.py
 writes a head's beside it, `calibration.json`); `LiveCalibration` is counted as a cell runs,
-from every chain the drafter read scored against the tokens the target then emits (each bin starting
-from a prior), for a drafter with no held-out record (the recycled predictions' table, whose
-probabilities are the model's own in an earlier context), or, for a head that samples, starting
-from the held-out one (`LiveCalibration(base=...)`: under a sampler a drafted token is kept with
-the target's probability of it, not where it is the target's most likely token, so the
-held-out record of greedy acceptance is where the estimate starts, not where it stays). A
-drafter that scores its chains (`ChainScores`) counts every chain it read against the tokens
-the target emits after it, drafted or not. A round then drafts the length
-whose expected tokens per unit of cost are the most, each token priced at its own calibrated
-chance, and none where no length beats a plain step (`best_length`).
+from every chain the drafter read, drafted or not, scored against the tokens the target then
+emits (`ChainScores`), each bin starting from a prior: for a drafter with no held-out record
+(the recycled predictions' table, whose probabilities are the model's own in an earlier
+context), or, for a head that samples, from the held-out one (`LiveCalibration(base=...)`:
+under a sampler a drafted token is kept with the target's probability of it, not where it is
+the target's most likely token, so the held-out record of greedy acceptance is where the
+estimate starts, not where it stays). A round then drafts the length whose expected tokens
+per unit of cost are the most, each token priced at its own calibrated chance, and none where
+no length beats a plain step (`best_length`).
 
 Whether to look at all is a decision too: a draft starts from the token the last pass
 produced, so looking ends plain decoding's pipelining (a measured restart) and, for a head,
