@@ -79,7 +79,7 @@ def test_the_gate_looks_only_where_the_calibration_says_looking_pays():
     gate = ConfidenceGate(flat(0.5), VERIFY, DRAFT, 0.1)
     before = gate.value
     for _ in range(20):
-        gate.looked(0.0, False)
+        gate.looked([0.0] * 4, False)
     assert gate.value < before / 3
     gate.emitted(500)
     assert gate.value == pytest.approx(before, rel=0.05)
@@ -223,7 +223,8 @@ def test_a_live_calibration_over_a_held_out_one_starts_from_it_and_learns():
         live.score([0.75, 0.75], 0)
     assert live.chance(0, 0.75) < 0.2 < 0.85 < live.chance(0, 0.25) == pytest.approx(base.chance(0, 0.25))
     assert live.chance(1, 0.75) == pytest.approx(base.chance(1, 0.75))  # never tested: never counted
-    assert live.first_p == [0.0, 1.0]
+    # The shares of first steps move toward the bin counted, from the held-out ones.
+    assert base.first_p[1] < live.first_p[1] == pytest.approx((40 + 32 * base.first_p[1]) / 72)
     # Evidence fades back toward the held-out estimate.
     live.emitted(20_000)
     assert live.chance(0, 0.75) == pytest.approx(base.chance(0, 0.75), abs=0.01)
@@ -269,3 +270,49 @@ def test_a_head_with_a_live_calibration_learns_its_drafts_are_refused(target):
     # The random head's probabilities are all below 0.5 (the test above): bin 0 learned.
     assert sum(map(sum, cal.seen)) > 0 and cal.chance(0, 0.25) < 0.5
     assert drafted["live"] < drafted["held-out"] / 2
+
+
+def test_a_look_computes_the_reach_that_pays_for_its_head_steps():
+    """The reach is the chain length whose expected gain best covers its drafting cost: long
+    where head steps are free, short where each costs more than a later token could earn,
+    none where even one step costs more than any look gains."""
+    n = 1000.0
+    cal = Calibration(EDGES, ((0.01 * n, 0.9 * n),) * 4, ((n, n),) * 4)  # p < 0.5: refused
+    free = ConfidenceGate(cal, VERIFY, [0.0] * 5, 0.0)
+    assert free.reach(4) == 4 and free.reach(2) == 2
+    dear = ConfidenceGate(cal, VERIFY, [0.0, 0.05, 1.0, 2.0, 3.0], 0.0)
+    assert dear.reach(4) == 1
+    assert ConfidenceGate(cal, VERIFY, [0.0, 5.0, 6.0, 7.0, 8.0], 0.0).reach(4) == 0
+    # A look of 3 steps tells the value of reaches 1 to 3, from its chain's prefixes.
+    k, gains = free.gains([0.9, 0.9, 0.01])
+    assert k == 2 and len(gains) == 3 and gains[0] < gains[1] == gains[2]
+    free.looked(gains, k > 0)
+    assert free.weight[:3] == [1.0] * 3 and free.weight[3] == 0.0 and free.steps == 3
+
+
+def test_a_head_gated_by_confidence_computes_only_its_reach(target):
+    """Head steps dear beside what a second token could earn: every look computes one step;
+    tokens stay plain decoding's."""
+    headed = HeadedTarget(target, random_head(target, seed=1))
+    costs = DecodeCosts(
+        {k: 0.01 * (1 + 0.1 * (k - 1)) for k in range(1, 6)}, 0.01, draft={1: 0.0001, 2: 0.01, 3: 0.02, 4: 0.03}
+    )
+    gate = gate_for(flat(0.9), costs, 4)
+    policy = DraftPolicy(num_draft=4, max_ngram=1, min_ngram=1, verify_cost=tuple(VERIFY), restart_cost=0.0)
+    p = mx.array(list(range(40, 80)), dtype=mx.uint32)
+    want = timed_generation(lambda: plain_stream(target, p, 20), 40).tokens
+    got = timed_generation(lambda: head_stream(headed, 20, policy, 0.0, gate)(p), 40)
+    assert got.tokens == want
+    assert gate.looks > 0 and gate.steps == gate.looks and max(d for d, _ in got.rounds) <= 1
+
+
+def test_calibrated_confidence_needs_a_calibration_and_recent_needs_none(tmp_path):
+    from fewerpasses.lookup.confidence import calibration_for
+
+    assert calibration_for(tmp_path, "recent") is None
+    with pytest.raises(ValueError, match="no calibration.json"):
+        calibration_for(tmp_path, "calibrated")
+    with pytest.raises(ValueError, match="'recent' or 'calibrated'"):
+        calibration_for(tmp_path, "sure")
+    (tmp_path / "calibration.json").write_text(json.dumps(flat(0.6).to_dict()))
+    assert calibration_for(tmp_path, "calibrated") == flat(0.6)

@@ -5,6 +5,7 @@ the workflow (`parse_time_checks`); one case runs through real Snakemake end to 
 
 import copy
 import re
+import shutil
 
 import pytest
 import yaml
@@ -373,4 +374,24 @@ def test_a_widened_source_needs_a_configured_base(models):
     parse_time_checks(cfg)
     cfg["models"]["wide"]["source"] = "widened:nowhere"
     with pytest.raises(ConfigError, match=r"models\.wide\.source: 'widened:nowhere': 'nowhere' must be another"):
+        parse_time_checks(cfg)
+
+
+@pytest.mark.parametrize("section", ["head", "hybrid"])
+def test_calibrated_confidence_is_refused_for_a_head_that_ships_no_calibration(models, tmp_path, section):
+    bare = tmp_path / "bare-head"
+    bare.mkdir()
+    shutil.copy(REPO / "models" / "smollm2-head" / "config.json", bare)
+    cfg = copy.deepcopy(GOOD)
+    pair = [{"target": "tiny", "head": "bare"}]
+    cfg["head"] = {"heads": {"bare": str(bare)}, "pairs": pair, "draft_lengths": [2]}
+    if section == "hybrid":
+        cfg["hybrid"] = {"pairs": pair, "draft_lengths": [2]}
+    cfg[section]["confidence"] = "calibrated"
+    with pytest.raises(ConfigError, match=f"{section}.confidence: calibrated, but head 'bare'.*calibration.json"):
+        parse_time_checks(cfg)
+    cfg[section]["confidence"] = "recent"
+    assert parse_time_checks(cfg)[section]["confidence"] == "recent"
+    cfg[section]["confidence"] = "sure"
+    with pytest.raises(ConfigError, match="confidence"):
         parse_time_checks(cfg)

@@ -327,7 +327,7 @@ def test_a_sampled_generation_prices_the_head_at_what_sampling_keeps(tiny, tmp_p
     n = 1000.0
     record = Calibration((0.0, 0.5, 1.0), ((0.99 * n, 0.99 * n),) * 4, ((n, n),) * 4)
     (sure / "calibration.json").write_text(json.dumps(record.to_dict()))
-    s = {"head": str(sure)}
+    s = {"head": str(sure), "confidence": "calibrated"}
     # Verifying k drafts costs 1 + 0.3 k plain tokens: a draft pays only where it is kept.
     costs = {**FLAT, "verify": {str(k): {"seconds": 1.0 + 0.3 * (k - 1)} for k in range(1, 10)}}
     built = load_drafter(model, "head", s, costs)

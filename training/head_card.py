@@ -81,8 +81,9 @@ def calibration_section(head_dir: Path) -> str:
     return f"""
 ## Calibration
 
-With the cost gate, the head drafts only where its own probability says the round pays
-(fewerpasses/lookup/confidence.py): `calibration.json` maps its top-1 probability to the chance
+With the cost gate and `confidence: calibrated` (the config's head.confidence; by default rounds are
+priced at the head's recent acceptance), the head drafts only where its own probability says the
+round pays (fewerpasses/lookup/confidence.py): `calibration.json` maps its top-1 probability to the chance
 the token is kept, per drafted position, counted on {src.get("prompts", "?")} prompts drawn from the
 training templates with seed {src.get("seed", "?")}, none a training prompt or a measured text, answered
 greedily up to {src.get("max_tokens", "?")} tokens; a label outside the draft vocabulary counts as a miss.

@@ -12,17 +12,18 @@ the kind of cost model that prices its rounds (the pipeline's `results/costs/<mo
              match_factor, min_prob, acceptance ("recent" or "by_match"), memory_tokens
              (earlier answers drafted from, at most that many tokens of them; 0: none)
     recycle  the model's own earlier top-k predictions: num_draft, top_k, rows
-    head     an EAGLE-3 draft head: num_draft, min_prob, head (its directory)
+    head     an EAGLE-3 draft head: num_draft, min_prob, confidence ("recent" or
+             "calibrated"), head (its directory)
     hybrid   per round the suffix trie's, the table's or the head's draft: num_draft,
-             top_k, min_prob, head
+             top_k, min_prob, confidence, head
 
 `head` defaults to the head this project ships (models/smollm2-head) where the model is the
 one it was trained for (SmolLM2-135M-Instruct's shape); elsewhere it is required.
 
-A drafter that prices rounds by its own probabilities (recycle, head, hybrid) keeps one
-confidence gate per cost model for greedy generations, and one for sampled ones: a sampled
-draft is kept with the target's probability of it, not where it is the target's most likely
-token. The sampled gate of a head starts from its held-out (greedy) calibration and learns,
+A drafter that prices rounds by its own probabilities (recycle; head and hybrid with
+confidence "calibrated") keeps one confidence gate per cost model for greedy generations, and
+one for sampled ones: a sampled draft is kept with the target's probability of it, not where
+it is the target's most likely token. The sampled gate of a head starts from its held-out (greedy) calibration and learns,
 from every chain it reads, how often a sampled one is kept (lookup/confidence.py
 `LiveCalibration`), its estimate of a look's worth following what it learned.
 """
@@ -38,7 +39,7 @@ from ..head.draft import HeadDrafter
 from ..head.model import load_head
 from ..head.target import HeadedTarget
 from ..head.technique import TECHNIQUE as HEAD
-from ..lookup.confidence import LiveCalibration, gate_for, load_calibration
+from ..lookup.confidence import LiveCalibration, calibration_for, gate_for
 from ..hybrid.cell import hybrid_index
 from ..hybrid.technique import TECHNIQUE as HYBRID
 from ..lookup.draft import DraftPolicy, NgramIndex
@@ -61,8 +62,8 @@ DEFAULTS: Dict[str, Dict[str, object]] = {
         "memory_tokens": 0,
     },
     "recycle": {"num_draft": 4, "top_k": 8, "rows": 0},
-    "head": {"num_draft": 4, "min_prob": 0.3, "head": None},
-    "hybrid": {"num_draft": 4, "top_k": 8, "min_prob": 0.3, "head": None},
+    "head": {"num_draft": 4, "min_prob": 0.3, "confidence": "recent", "head": None},
+    "hybrid": {"num_draft": 4, "top_k": 8, "min_prob": 0.3, "confidence": "recent", "head": None},
 }
 DRAFTERS = tuple(DEFAULTS)
 
@@ -202,7 +203,7 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
     head = load_head(path, dtype=_dtype(model))
     headed = HeadedTarget(model, head)
     min_prob = float(s["min_prob"])
-    gate = _gates(load_calibration(path), n)
+    gate = _gates(calibration_for(path, s["confidence"]), n)
     if name == "head":
         policy = DraftPolicy(num_draft=n, max_ngram=1, min_ngram=1)
         return Drafter(

@@ -18,7 +18,7 @@ from ..lookup.loop import lookup_stream
 from ..measure.cell import Loads
 from ..core.stats import first_kept
 from ..measure.cost_model import CostTarget
-from ..lookup.confidence import ConfidenceGate, gate_for, load_calibration
+from ..lookup.confidence import ConfidenceGate, calibration_for, gate_for, load_calibration
 from .draft import HeadDrafter
 from .model import load_head
 from .target import HeadedTarget
@@ -85,6 +85,7 @@ def head_cell(
     costs=None,
     cost_rounds: int = 5,
     head_source: str = "",
+    confidence: str = "recent",
 ) -> Dict:
     """Run one draft-head cell and return its JSON (measure.results), with the verify and draft
     costs it measured, the speedup its rounds predict at them, and the head it ran."""
@@ -106,9 +107,9 @@ def head_cell(
         "replicate": replicate,
     }
     state: Dict = {}
-    # The head's calibration, where it ships one: with the cost gate, its confidence sizes rounds.
-    calibration = load_calibration(head_path) if cost_gate else None
-    settings["confidence"] = "calibrated" if calibration is not None else None
+    # With the cost gate, the head's calibrated confidence or its recent acceptance sizes rounds.
+    calibration = calibration_for(head_path, confidence) if cost_gate else None
+    settings["confidence"] = confidence if cost_gate else None
 
     def runs_on(model):
         head = load_head(head_path, dtype=model.model.norm.weight.dtype)

@@ -10,7 +10,8 @@ the head's cache, since the verify pass refills those positions from the target'
 Without a calibration a draft stops where the head's own probability of a token falls below
 `min_prob`, and the loop's cost gate sizes rounds from recent acceptance. With one (a
 `ConfidenceGate`, lookup/confidence.py) the head prices its own rounds (`gated_length`, the loop's
-hook): it looks only where looking is expected to pay, runs its chain and reads it with
+hook): it looks only where looking is expected to pay, runs its chain as far as the gate's
+reach (the length whose expected gain best covers the head steps it costs), reads it with
 each token's probability, declines where its first token's could not pay even with its
 followers at their best, and else drafts the length its calibrated per-token chances make
 worth most, which may be none. Where that calibration is live (a held-out one the head
@@ -22,7 +23,7 @@ from typing import List, Optional, Tuple
 
 import mlx.core as mx
 
-from ..lookup.confidence import ChainScores, ConfidenceGate, best_length
+from ..lookup.confidence import ChainScores, ConfidenceGate
 from .target import HeadCache, HeadedTarget
 
 
@@ -124,23 +125,24 @@ class HeadDrafter:
         if not self.ready():
             # The token the head needs is still being computed: look only where looking pays,
             # leaving the pipeline; the round is sized again once it is read.
-            return limit if gate.worth_looking(overhead) else 0
-        if not gate.worth_looking(0.0):
+            return limit if gate.worth_looking(overhead, limit) else 0
+        reach = gate.reach(limit)
+        if not reach:
             return 0
-        # The whole chain, built as one graph and read once: reading the first step on its own
-        # to decide whether to go on costs a host sync (and a graph) more per round than the
-        # steps it could save (a head step is cheap beside one).
+        # The chain to the gate's reach, built as one graph and read once: reading the first
+        # step on its own to decide whether to go on costs a host sync (and a graph) more per
+        # round than the steps it could save (a head step is cheap beside one).
         c = self.cache
-        toks, probs = self._chain(limit)
+        toks, probs = self._chain(reach)
         c.drop(len(toks))
         if self.scores is not None:
             self.scores.add(toks, probs)
-        if not gate.first_pays(probs[0], limit):
-            gate.looked(0.0, False)
+        if not gate.first_pays(probs[0], reach):
+            gate.looked([0.0] * len(toks), False)
             return 0
-        k, gain = best_length(gate.chances(probs), gate.verify_cost, overhead)
-        gate.looked(gain, k > 0)
+        k, gains = gate.gains(probs, overhead)
+        gate.looked(gains, k > 0)
         self._draft = toks[:k] if k else None
         if k:
-            self.offer = (k, 1.0 + gain / (gate.verify_cost[k] + overhead))
+            self.offer = (k, 1.0 + gains[-1] / (gate.verify_cost[k] + overhead))
         return k

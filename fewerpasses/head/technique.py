@@ -1,6 +1,7 @@
 """The draft head in the technique registry: config section `head` (heads by name and source,
 pairs of target and head, draft lengths); its cell rule is `head_cell` (rules/head.smk)."""
 
+from pathlib import Path
 from typing import Dict, List
 
 from ..core.technique import ConfigError, Technique, best, diffusion_models, generation_settings, model_inputs
@@ -29,6 +30,7 @@ def params(wildcards, config: Dict) -> Dict:
     return {
         "num_draft": int(wildcards.draft),
         "min_prob": s["min_prob"],
+        "confidence": s["confidence"],
         "cost_gate": s["cost_gate"],
         "head_source": s["heads"][wildcards.head],
         **generation_settings(config),
@@ -64,6 +66,21 @@ def check(config: Dict, basedir: str = ".") -> None:
             raise ConfigError(f"head.pairs[{i}].target: '{pair['target']}' generates by diffusion")
         if pair["head"] not in heads:
             raise ConfigError(f"head.pairs[{i}].head: '{pair['head']}' is not in head.heads")
+    check_confidence("head", s, heads, basedir)
+
+
+def check_confidence(name: str, section: Dict, heads: Dict, basedir: str) -> None:
+    """A section whose rounds are priced by calibrated confidence names only heads that ship a
+    calibration, where the head is a local directory (a hub head is checked once fetched)."""
+    if section.get("confidence") != "calibrated":
+        return
+    for i, pair in enumerate(section.get("pairs", [])):
+        source = Path(basedir) / str(heads.get(pair["head"], ""))
+        if (source / "config.json").is_file() and not (source / "calibration.json").is_file():
+            raise ConfigError(
+                f"{name}.confidence: calibrated, but head '{pair['head']}' ({source}) ships no calibration.json"
+                " (training/head_calibrate.py writes one)"
+            )
 
 
 TECHNIQUE = Technique(

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 from ..core.stats import first_kept
-from ..lookup.confidence import ConfidenceGate, gate_for, load_calibration, plain_token_curves
+from ..lookup.confidence import ConfidenceGate, calibration_for, gate_for, load_calibration, plain_token_curves
 from ..head.draft import HeadDrafter
 from ..head.model import load_head
 from ..head.target import HeadedTarget
@@ -118,6 +118,7 @@ def hybrid_cell(
     costs=None,
     cost_rounds: int = 5,
     head_source: str = "",
+    confidence: str = "recent",
 ) -> Dict:
     policy = _policy(num_draft)
     settings = {
@@ -139,9 +140,9 @@ def hybrid_cell(
     chosen: Dict[str, int] = {}
     scored: Dict[str, list] = {}
     state: Dict = {}
-    # The head's calibration, where it ships one: with the cost gate, its confidence prices it.
-    calibration = load_calibration(head_path) if cost_gate else None
-    settings["confidence"] = "calibrated" if calibration is not None else None
+    # With the cost gate, the head's calibrated confidence or its recent acceptance sizes rounds.
+    calibration = calibration_for(head_path, confidence) if cost_gate else None
+    settings["confidence"] = confidence if cost_gate else None
 
     def runs_on(model):
         state["runner"] = hybrid_model(model, Path(head_path), top_k)

@@ -163,7 +163,7 @@ class HybridDrafter:
         gate = getattr(head, "gate", None)
         if gate is None:
             return gated_rate_of(self._chances("head", limit), self._curve("head"), overhead)
-        if not gate.worth_looking(overhead):
+        if not gate.worth_looking(overhead, limit):
             return 0, 1.0
         hope = gated_rate_of([gate.calibration.best_chance(j) for j in range(limit)], self._curve("head"), overhead)
         if hope[1] <= best_free:

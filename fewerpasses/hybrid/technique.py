@@ -5,7 +5,7 @@ head, the head named in `head.heads`; draft lengths; the table's top-k); its cel
 from typing import Dict, List
 
 from ..core.technique import ConfigError, Technique, best, generation_settings
-from ..head.technique import inputs, pair_grid
+from ..head.technique import check_confidence, inputs, pair_grid
 
 
 def _section(config: Dict) -> Dict:
@@ -22,6 +22,7 @@ def params(wildcards, config: Dict) -> Dict:
         "num_draft": int(wildcards.draft),
         "top_k": s["top_k"],
         "min_prob": s["min_prob"],
+        "confidence": s["confidence"],
         "cost_gate": s["cost_gate"],
         "head_source": config["head"]["heads"][wildcards.head],
         **generation_settings(config),
@@ -42,6 +43,7 @@ def check(config: Dict, basedir: str = ".") -> None:
             raise ConfigError(f"hybrid.pairs[{i}].target: '{pair['target']}' is not a configured model")
         if pair["head"] not in heads:
             raise ConfigError(f"hybrid.pairs[{i}].head: '{pair['head']}' is not in head.heads")
+    check_confidence("hybrid", _section(config), heads, basedir)
 
 
 TECHNIQUE = Technique(

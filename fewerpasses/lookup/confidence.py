@@ -17,13 +17,19 @@ estimate starts, not where it stays). A round then drafts the length whose expec
 per unit of cost are the most, each token priced at its own calibrated chance, and none where
 no length beats a plain step (`best_length`).
 
-Whether to look at all is a decision too: a draft starts from the token the last pass
-produced, so looking ends plain decoding's pipelining (a measured restart) and, for a head,
-runs one head step. `ConfidenceGate` keeps the value of looking: the mean gain in plain tokens
-of the rounds it looked at (0 where it did not draft), starting from the calibration's own
-estimate (what its first-token probabilities would have gained at these costs) and held as
-that many pseudo-rounds, with evidence that fades per emitted token back toward it. It is
-kept for a whole cell, across its prompts, so each answer starts from what earlier ones showed.
+Whether to look at all, and how far, are decisions too: a draft starts from the token the
+last pass produced, so looking ends plain decoding's pipelining (a measured restart), and a
+head pays for every step of the chain it computes, whether the round drafts it or not.
+`ConfidenceGate` keeps the value of a look per reach (the chain's length): the mean gain in
+plain tokens that rounds would have made with a chain that long (0 where they would not have
+drafted; each look that computed m steps tells it this for every reach up to m, from the
+prefixes of its chain), starting from the calibration's own estimate (what its first-token
+probabilities would have gained at these costs, later tokens at their best) and held as that
+many pseudo-rounds, with evidence that fades per emitted token back toward it. A look computes
+the reach whose value less its drafting cost is the most (`reach`), and none where no reach
+pays for leaving the pipeline. Since the estimate starts above what most looks find, a reach
+left unused for a while drifts back up and is tried again. The gate is kept for a whole cell,
+across its prompts, so each answer starts from what earlier ones showed.
 """
 
 import bisect
@@ -143,12 +149,13 @@ class LiveCalibration:
 
     @property
     def first_p(self) -> List[float]:
-        """The share of first steps in each bin: counted, else the base's, else even."""
-        total = sum(self.seen[0])
+        """The share of first steps in each bin: counted, from the base's shares (else even
+        ones) held as FIRST_PRIOR first steps, so that a few chains do not make the gate's prior
+        (ConfidenceGate.calibrated_gain) that of their bins alone."""
         bins = len(self.edges) - 1
-        if total:
-            return [s / total for s in self.seen[0]]
-        return self.base.first_p if self.base is not None else [1.0 / bins] * bins
+        start = self.base.first_p if self.base is not None else [1.0 / bins] * bins
+        total = sum(self.seen[0])
+        return [(s + FIRST_PRIOR * p) / (total + FIRST_PRIOR) for s, p in zip(self.seen[0], start)]
 
     def score(self, probs: Sequence[float], kept: int) -> None:
         """A chain whose first `kept` tokens were kept: each of those counts kept in its bin,
@@ -171,6 +178,8 @@ class LiveCalibration:
 # A live calibration's evidence fades by this much per emitted token (a half-life of about
 # 700 tokens: several answers, as a cell's prompts differ).
 LIVE_DECAY = 0.999
+# The first steps a live calibration's shares of first-step probabilities start from.
+FIRST_PRIOR = 32.0
 
 
 class ChainScores:
@@ -211,6 +220,19 @@ def load_calibration(head_dir) -> Optional[Calibration]:
         raise ValueError(f"{path}: {e}") from e
 
 
+def calibration_for(head_dir, confidence: str) -> Optional[Calibration]:
+    """The calibration a head's rounds are priced by under a `confidence` setting: None for
+    "recent" (its recent acceptance), its own for "calibrated", which it must ship."""
+    if confidence == "recent":
+        return None
+    if confidence != "calibrated":
+        raise ValueError(f"confidence {confidence!r}: 'recent' or 'calibrated'")
+    calibration = load_calibration(head_dir)
+    if calibration is None:
+        raise ValueError(f"confidence 'calibrated': the head at {head_dir} has no {FILE} (training/head_calibrate.py)")
+    return calibration
+
+
 def count_bins(samples: Sequence[Tuple[int, float, bool]], edges: Sequence[float], positions: int) -> Calibration:
     """A calibration from held-out (position, probability, kept) samples."""
     bins = len(edges) - 1
@@ -241,8 +263,8 @@ LOOK_DECAY, PRIOR_ROUNDS = 0.99, 4.0
 
 
 class ConfidenceGate:
-    """Whether to look at a drafter's next draft, and how much of it to verify, for a cell's
-    whole run: see the module's docstring. `calibration` is a `Calibration` or a
+    """Whether to look at a drafter's next draft, how far, and how much of it to verify, for a
+    cell's whole run: see the module's docstring. `calibration` is a `Calibration` or a
     `LiveCalibration`; `verify_cost[k]` is a pass verifying k drafts and `draft_cost[k]` the
     drafter computing k tokens (zeros for a table read), both in plain tokens; `restart`
     leaving plain decoding's pipeline. With `live_prior` (a live calibration over a held-out
@@ -254,62 +276,108 @@ class ConfidenceGate:
         self.calibration = calibration
         self.verify_cost, self.draft_cost, self.restart = list(verify_cost), list(draft_cost), restart
         self.live_prior = live_prior
-        self._prior = (getattr(calibration, "version", None), self.calibrated_gain())
-        self.gain = self.weight = 0.0
-        self.looks = self.drafts = 0
+        self.limit = len(self.verify_cost) - 1  # the longest reach the costs price
+        self._priors = (getattr(calibration, "version", None), self._calibrated_gains())
+        # Faded evidence per reach m, at index m - 1.
+        self.gain, self.weight = [0.0] * self.limit, [0.0] * self.limit
+        self.looks = self.drafts = self.steps = 0
+
+    def _calibrated_gains(self) -> List[float]:
+        return [self.calibrated_gain(m) for m in range(1, self.limit + 1)]
+
+    @property
+    def priors(self) -> List[float]:
+        """The calibration's own estimate of a look's gain per reach (`calibrated_gain`): at the
+        start, or with `live_prior`, as of the chains scored so far."""
+        if self.live_prior and self.calibration.version != self._priors[0]:
+            self._priors = (self.calibration.version, self._calibrated_gains())
+        return self._priors[1]
 
     @property
     def prior(self) -> float:
-        """The calibration's own estimate of a look's gain (`calibrated_gain`): at the start,
-        or with `live_prior`, as of the chains scored so far."""
-        if self.live_prior and self.calibration.version != self._prior[0]:
-            self._prior = (self.calibration.version, self.calibrated_gain())
-        return self._prior[1]
+        """The prior at the longest reach."""
+        return self.priors[-1]
 
     def chances(self, probs: Sequence[float]) -> List[float]:
         return [self.calibration.chance(j, p) for j, p in enumerate(probs)]
 
-    def calibrated_gain(self) -> float:
-        """The mean gain of a look on the calibration's first-token probabilities: each bin's
-        middle as the first token's probability, later tokens at their position's best chance."""
-        cal, limit = self.calibration, len(self.verify_cost) - 1
-        rest = [cal.best_chance(j) for j in range(1, limit)]
+    def calibrated_gain(self, reach: Optional[int] = None) -> float:
+        """The mean gain of a look of `reach` steps (all the costs price, by default) on the
+        calibration's first-token probabilities: each bin's middle as the first token's
+        probability, later tokens at their position's best chance."""
+        cal, reach = self.calibration, reach or self.limit
+        rest = [cal.best_chance(j) for j in range(1, reach)]
         total = 0.0
         for share, lo, hi in zip(cal.first_p, cal.edges, cal.edges[1:]):
             total += share * best_length([cal.chance(0, (lo + hi) / 2)] + rest, self.verify_cost)[1]
         return total
 
+    def value_at(self, reach: int) -> float:
+        """The expected gain of a look of `reach` steps, in plain tokens: the prior and the
+        faded evidence."""
+        m = min(reach, self.limit) - 1
+        return (self.priors[m] * PRIOR_ROUNDS + self.gain[m]) / (PRIOR_ROUNDS + self.weight[m])
+
     @property
     def value(self) -> float:
-        """The expected gain of a look, in plain tokens: the prior and the faded evidence."""
-        return (self.prior * PRIOR_ROUNDS + self.gain) / (PRIOR_ROUNDS + self.weight)
+        """The expected gain of a look at the longest reach."""
+        return self.value_at(self.limit)
 
-    def worth_looking(self, overhead: float) -> bool:
-        """Whether a look is expected to gain more than it costs: `overhead` (leaving the
-        pipeline, where a step is queued) and the drafter's first step."""
-        first = self.draft_cost[1] if len(self.draft_cost) > 1 else 0.0
-        return self.value > overhead + first
+    def _draft_cost(self, m: int) -> float:
+        return self.draft_cost[min(m, len(self.draft_cost) - 1)] if self.draft_cost else 0.0
+
+    def reach(self, limit: int, overhead: float = 0.0) -> int:
+        """How many steps a look computes, up to `limit`: the reach whose expected gain less the
+        drafter's cost of computing it is the most, the shortest where they tie; 0 where no
+        reach gains more than `overhead` (leaving the pipeline, where a step is queued)."""
+        best, best_net = 0, overhead
+        for m in range(1, min(limit, self.limit) + 1):
+            net = self.value_at(m) - self._draft_cost(m)
+            if net > best_net:
+                best, best_net = m, net
+        return best
+
+    def worth_looking(self, overhead: float, limit: Optional[int] = None) -> bool:
+        """Whether some look of up to `limit` steps is expected to gain more than it costs."""
+        return self.reach(limit or self.limit, overhead) > 0
 
     def first_pays(self, p: float, limit: int) -> bool:
         """Whether a first token of probability p can pay, its followers at their best chance."""
         cal = self.calibration
         chances = [cal.chance(0, p)] + [cal.best_chance(j) for j in range(1, limit)]
-        rest = [v + self.draft_cost[min(k, len(self.draft_cost) - 1)] - self.draft_cost[1] for k, v in
-                enumerate(self.verify_cost)]  # fmt: skip
+        rest = [v + self._draft_cost(k) - self._draft_cost(1) for k, v in enumerate(self.verify_cost)]
         return best_length(chances, rest)[0] > 0
 
-    def looked(self, gain: float, drafted: bool) -> None:
-        self.gain += gain
-        self.weight += 1.0
+    def gains(self, probs: Sequence[float], overhead: float = 0.0) -> Tuple[int, List[float]]:
+        """A chain read with its probabilities: the length worth drafting, and the gain a look
+        of each reach up to the chain's length would have made (its prefix's best length)."""
+        chances = self.chances(probs)
+        gains = [best_length(chances[:m], self.verify_cost, overhead)[1] for m in range(1, len(chances) + 1)]
+        return best_length(chances, self.verify_cost, overhead)[0], gains
+
+    def looked(self, gains: Sequence[float], drafted: bool) -> None:
+        """A look's evidence: `gains[m - 1]` what a reach of m would have gained."""
+        for m, g in enumerate(gains[: self.limit]):
+            self.gain[m] += g
+            self.weight[m] += 1.0
         self.looks += 1
         self.drafts += 1 if drafted else 0
+        self.steps += len(gains)
 
     def emitted(self, n: int = 1) -> None:
         f = LOOK_DECAY**n
-        self.gain, self.weight = self.gain * f, self.weight * f
+        self.gain = [g * f for g in self.gain]
+        self.weight = [w * f for w in self.weight]
 
     def record(self) -> Dict:
-        return {"looks": self.looks, "drafted": self.drafts, "prior_gain": self.prior, "value": self.value}
+        return {
+            "looks": self.looks,
+            "drafted": self.drafts,
+            "steps": self.steps,
+            "prior_gain": self.prior,
+            "value": self.value,
+            "value_by_reach": [self.value_at(m) for m in range(1, self.limit + 1)],
+        }
 
 
 def plain_token_curves(costs, num_draft: int) -> Tuple[List[float], List[float]]:

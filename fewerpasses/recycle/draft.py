@@ -20,7 +20,7 @@ calibration learns from every round it looked at."""
 
 from typing import Dict, List, Optional, Tuple
 
-from ..lookup.confidence import ChainScores, ConfidenceGate, best_length
+from ..lookup.confidence import ChainScores, ConfidenceGate
 from .table import TableCache
 
 
@@ -112,14 +112,14 @@ class RecycleDrafter:
         if limit <= 0 or self.table is None:
             return 0
         if not known:  # the token the chain starts from is still being computed
-            return limit if gate.worth_looking(overhead) else 0
+            return limit if gate.worth_looking(overhead, limit) else 0
         chain, probs = self.table.chain_with_probs(self.last, limit)
         if not chain:  # no row yet after this token: the look found nothing
-            gate.looked(0.0, False)
+            gate.looked([0.0] * limit, False)
             return 0
         self.scores.add(chain, probs)
-        k, gain = best_length(gate.chances(probs), gate.verify_cost, overhead)
-        gate.looked(gain, k > 0)
+        k, gains = gate.gains(probs, overhead)
+        gate.looked(gains, k > 0)
         self._draft = chain[:k] if k else None
         return k
 
