@@ -11,6 +11,7 @@ from fewerpasses.core.models import load
 from fewerpasses.lookup.draft import DraftPolicy
 from fewerpasses.measure.streams import plain_stream, timed_generation
 from fewerpasses.recycle.cell import loads, recycle_stream
+from fewerpasses.recycle.draft import RecycleDrafter
 from fewerpasses.recycle.table import RecyclingTarget, TableCache
 from tiny_models import write_model_dir
 
@@ -120,8 +121,6 @@ def test_a_tree_reads_the_rows_best_guesses_and_follows_each_one():
 
 
 def test_a_drafter_offers_a_tree_of_the_rows_guesses_and_counts_where_the_target_stood():
-    from fewerpasses.recycle.draft import RecycleDrafter
-
     table = TableCache(rows=10, top_k=3)
     table.table[mx.array([1, 4, 5, 7, 8])] = mx.array([[4, 5, 0], [7, 0, 0], [8, 0, 0], [9, 0, 0], [2, 0, 0]])
     table.written[mx.array([1, 4, 5, 7, 8])] = True
@@ -318,3 +317,28 @@ def test_confidence_gated_recycling_keeps_plain_tokens_and_drafts_only_where_it_
         assert drafted == 0 and gate.drafts == 0
     else:
         assert drafted > 0 and gate.looks > 0 and sum(map(sum, gate.calibration.seen)) > 0
+
+
+def test_a_gated_look_tells_every_reach_what_the_table_holds():
+    from fewerpasses.measure.costs import DecodeCosts
+    from fewerpasses.recycle.cell import recycle_gate
+
+    table = TableCache(rows=16, top_k=2)
+    logits = mx.full((2, 16), -9.0)
+    logits[0, 5] = 9.0  # after token 3: token 5; token 5's row stays unwritten
+    table.write(mx.array([3, 5]), logits)
+    table.written[5] = False
+    costs = DecodeCosts({k: 0.01 * (1 + 0.02 * (k - 1)) for k in range(1, 6)}, 0.01)
+    gate = recycle_gate(costs, 4)
+    drafter = RecycleDrafter([3], gate=gate)
+    drafter.bind([table])
+    assert drafter.gated_length(4) == 1 and drafter.continuation(4) == [5]
+    # The chain ends where the table does: a longer reach would have read the same one token.
+    assert gate.weight == pytest.approx([1.0] * 4) and gate.steps == 1
+    assert gate.gain[3] == pytest.approx(gate.gain[0])
+    drafter.last = 9  # no row after 9: every reach finds nothing, and nothing was computed
+    drafter.gated_length(4)
+    assert gate.weight == pytest.approx([2.0] * 4) and gate.steps == 1
+    drafter.last = 3  # cut by the limit, not the table: no word on longer reaches
+    drafter.gated_length(1)
+    assert gate.weight == pytest.approx([3.0, 2.0, 2.0, 2.0])

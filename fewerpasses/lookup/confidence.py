@@ -355,14 +355,15 @@ class ConfidenceGate:
         gains = [best_length(chances[:m], self.verify_cost, overhead)[1] for m in range(1, len(chances) + 1)]
         return best_length(chances, self.verify_cost, overhead)[0], gains
 
-    def looked(self, gains: Sequence[float], drafted: bool) -> None:
-        """A look's evidence: `gains[m - 1]` what a reach of m would have gained."""
+    def looked(self, gains: Sequence[float], drafted: bool, steps: Optional[int] = None) -> None:
+        """A look's evidence: `gains[m - 1]` what a reach of m would have gained; `steps` the
+        tokens it computed (default: one per reach told)."""
         for m, g in enumerate(gains[: self.limit]):
             self.gain[m] += g
             self.weight[m] += 1.0
         self.looks += 1
         self.drafts += 1 if drafted else 0
-        self.steps += len(gains)
+        self.steps += len(gains) if steps is None else steps
 
     def emitted(self, n: int = 1) -> None:
         f = LOOK_DECAY**n

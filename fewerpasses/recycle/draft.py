@@ -114,12 +114,14 @@ class RecycleDrafter:
         if not known:  # the token the chain starts from is still being computed
             return limit if gate.worth_looking(overhead, limit) else 0
         chain, probs = self.table.chain_with_probs(self.last, limit)
-        if not chain:  # no row yet after this token: the look found nothing
-            gate.looked([0.0] * limit, False)
+        if not chain:  # no row yet after this token: a look of any reach finds nothing
+            gate.looked([0.0] * gate.limit, False, steps=0)
             return 0
         self.scores.add(chain, probs)
         k, gains = gate.gains(probs, overhead)
-        gate.looked(gains, k > 0)
+        if len(chain) < limit:  # the table holds no more: a look of any longer reach reads the same
+            gains = gains + gains[-1:] * (gate.limit - len(gains))
+        gate.looked(gains, k > 0, steps=len(chain))
         self._draft = chain[:k] if k else None
         return k
 
