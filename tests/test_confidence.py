@@ -190,6 +190,10 @@ def test_the_calibration_command_counts_held_out_chains_on_prompts_never_trained
     assert sum(cal.seen[0]) > 0 and sum(cal.seen[1]) <= sum(cal.kept[0])
     assert all(k <= s for row_k, row_s in zip(cal.kept, cal.seen) for k, s in zip(row_k, row_s))
     assert cal.source["prompts"] == 6 and "head_calibrate" in cal.source["command"]
+    # Counted on templates no training file uses, as the held-out score is.
+    assert cal.source["template_file"] == "training/prompts/head_heldout.yaml"
+    with pytest.raises(ValueError, match="fewer than --prompts 5000"):
+        calibration_prompts(5000, 101, {"prompts": 24, "seed": 0})
     from training.head_card import calibration_section
 
     text = calibration_section(tmp_path / "h")

@@ -3,9 +3,11 @@ prompts it never trained on and no cell measures (fewerpasses/lookup/confidence.
 
     python -m training.head_calibrate models/smollm2-head --target resources/models/smollm2/mlx
 
-The prompts are drawn from the training templates (training/prompts/distill.yaml) with a seed
-of their own, and checked disjoint from the head's training prompts (the corpus's, rebuilt
-from its recorded count and seed) and from every measured text. The target answers them
+The prompts are drawn with a seed of their own from templates the head never trained on
+(training/prompts/head_heldout.yaml, as its held-out score is: a calibration counted on the
+training templates' prompts would promise more than other prompts keep), and checked disjoint
+from the head's training prompts (the corpus's, rebuilt from its recorded count and seed) and
+from every measured text. The target answers them
 greedily; the head then drafts teacher-forced chains of `--positions` tokens from every answer
 position, as training-time test unrolls them (training/head_train.py `ttt_forward`), and each
 drafted token whose earlier ones were kept counts in its probability's bin, kept or not. A
@@ -26,16 +28,17 @@ import numpy as np
 EDGES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 
 
-def calibration_prompts(n: int, seed: int, training: Dict) -> List[Dict]:
-    """n prompts of the training templates, none a training prompt or a measured text."""
-    from training.distill import make_prompts
-    from training.head_data import check_disjoint, head_prompts, measured_texts
+def calibration_prompts(n: int, seed: int, training: Dict, source=None) -> List[Dict]:
+    """n prompts of `source`'s templates (default: the held-out ones, which no training file
+    uses), none a training prompt or a measured text."""
+    from training.head_data import HELDOUT_FILE, check_disjoint, head_prompts, heldout_prompts, measured_texts
 
     extra = training.get("extra_prompts", 0)
     trained = [p["text"] for p in head_prompts(training["prompts"], training["seed"], extra)]
-    measured = measured_texts()
-    prompts = make_prompts(n, seed=seed, exclude=trained + measured)
-    check_disjoint([p["text"] for p in prompts], measured + trained)
+    prompts = heldout_prompts(n, seed, source or HELDOUT_FILE)
+    if len(prompts) < n:
+        raise ValueError(f"{source or HELDOUT_FILE} makes {len(prompts)} distinct prompts, fewer than --prompts {n}")
+    check_disjoint([p["text"] for p in prompts], measured_texts() + trained)
     return prompts
 
 
@@ -87,7 +90,7 @@ def main(argv=None) -> Dict:
     from fewerpasses.lookup.confidence import FILE, count_bins
     from fewerpasses.head.model import load_head
     from training.distill import generate_corpus, load_corpus
-    from training.head_data import file_hash
+    from training.head_data import HELDOUT_FILE, corpus_source, file_hash
     from training.head_train import make_examples, target_features
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -97,10 +100,11 @@ def main(argv=None) -> Dict:
     ap.add_argument("--seed", type=int, default=101)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--positions", type=int, default=4, help="drafted positions calibrated (the head's draft length)")
+    ap.add_argument("--templates", default=str(HELDOUT_FILE), help="the prompt file (no training file's templates)")
     a = ap.parse_args(argv)
     head_dir = Path(a.head_dir)
     training = json.loads((head_dir / "training.json").read_text())["settings"]
-    prompts = calibration_prompts(a.prompts, a.seed, training)
+    prompts = calibration_prompts(a.prompts, a.seed, training, Path(a.templates))
     model, tok = load(str(a.target))
     head = load_head(head_dir)
     with tempfile.TemporaryDirectory() as tmp:
@@ -117,7 +121,7 @@ def main(argv=None) -> Dict:
         + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
         "prompts": len(prompts),
         "seed": a.seed,
-        "template_file": "training/prompts/distill.yaml",
+        "template_file": corpus_source(a.templates),
         "disjoint_from": "the head's training prompts and every measured text",
         "max_tokens": a.max_tokens,
         "answer_tokens": int(info.get("answer_tokens", 0)),
