@@ -261,6 +261,7 @@ def test_every_cell_carries_the_contract(run):
     sampled = json.loads((d / "results/generate/tiny/suffix_temp0.7/rep1.json").read_text())
     suffix = json.loads(next((d / "results/suffix/tiny").rglob("rep1.json")).read_text())
     assert greedy["lossless_expected"] and greedy["lossless"] and not sampled["lossless_expected"]
+    assert sampled["lossless"] is None and sampled["lossless_prompts"] == 0  # not checked, not diverged
     assert greedy["verify_costs"]["digest"] == sampled["verify_costs"]["digest"] == suffix["verify_costs"]["digest"]
     # Through the API with a head, the hybrid drafts with the fetched head, lossless, priced at
     # the hybrid cell's own cost model.

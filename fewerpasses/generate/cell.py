@@ -5,8 +5,8 @@ protocol of every cell (measure/cell.py), at one sampling temperature.
 At temperature 0 both sides decode greedily, and the API's tokens are checked against the
 reference as every lossless cell's are. At a temperature above 0 both sides sample with
 mlx-lm's sampler at it: the API's output then follows the same distribution (core/sampling.py)
-but not the same tokens, so no token check applies (`lossless_expected` false) and the cell's
-`sampling` says so. Each side prefills its own prompt, as a user's call does; decode speed
+but not the same tokens, so no token check applies (`lossless_expected` false, `lossless`
+null) and the cell's `sampling` says so. Each side prefills its own prompt, as a user's call does; decode speed
 (the speedup) starts at the first token, as everywhere.
 
 The API's gate prices rounds at the run's cost model of the drafter's kind (`costs`): for the
@@ -153,8 +153,16 @@ def generate_cell(
     params = {"drafter": drafter, "num_draft": num_draft, "top_k": top_k, "rows": rows, "head_source": head_source}
     dirs = {"model": str(model_path), **({"head": str(head_path)} if head_path is not None else {})}
     held = loads(params, dirs)[1]
+    greedy = temperature == 0
     return run_cell(
-        model_path, reference, prompt_set_path, settings, build, lossless_expected=temperature == 0, loads=held
+        model_path,
+        reference,
+        prompt_set_path,
+        settings,
+        build,
+        lossless_expected=greedy,
+        checks_tokens=greedy,
+        loads=held,
     )
 
 

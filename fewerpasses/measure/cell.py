@@ -110,6 +110,7 @@ def run_cell(
     build: Callable[[Any, Any], Candidate],
     *,
     lossless_expected: bool = True,
+    checks_tokens: bool = True,
     sees_answers: bool = False,
     loads: Optional[Loads] = None,
 ) -> Dict:
@@ -117,6 +118,9 @@ def run_cell(
 
     settings: the cell's own settings, with `technique`, `target`, `draft_source`,
       `max_tokens`, `repeats` and `warmup`; they are recorded as they are.
+    checks_tokens: compare the candidate's tokens with the reference's; false for a sampled
+      candidate, whose tokens follow the target's distribution, not its greedy output: its
+      cell then records `lossless` as null (not checked), not as a divergence.
     sees_answers: the candidate is a bound that may read the answer it is timed on (the
       perfect-draft ceiling, and nothing else): `build(model, tokenizer, answers)` gets
       each prompt's reference tokens, keyed by the prompt's token ids.
@@ -180,9 +184,8 @@ def run_cell(
         "prompt_order": [r["prompt_id"] for r in records if r["repeat"] == 0],
     }
     extra = {"n_layers": len(model.layers), "same_vocabulary": same_vocab, **extra}
-    result = measured_result(
-        cfg, extra, records, ref if same_vocab else None, t0, started_at, lossless_expected=lossless_expected
-    )
+    checked = ref if same_vocab and checks_tokens else None
+    result = measured_result(cfg, extra, records, checked, t0, started_at, lossless_expected=lossless_expected)
     if lossless_expected and same_vocab:
         # Each divergence, told apart: a numerical tie or a real one (measure/ties.py).
         result.update(classify(result["per_prompt"], prompts, records, ref, model, tie_tolerance()))
