@@ -9,13 +9,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 from snakemake.utils import validate
 
 from fewerpasses.pipeline.config import ConfigError, check_config, renamed_keys, schema_errors, timing_env
 from fewerpasses.core.guards import guard_environment
 from fewerpasses.core.prompts import FETCHED, prompt_set_file
 from fewerpasses.core.sources import widened_base
-from fewerpasses.pipeline.costs import cell_kind, check_pinned, cost_jobs, pinned_file
+from fewerpasses.pipeline.costs import cell_kind, check_pinned, cost_jobs, pinned_elsewhere, pinned_file
 from fewerpasses.report.results_file import command_for, run_name
 from fewerpasses.core.technique import replicates
 from fewerpasses.measure.replicates import replicate_figure, replicates_needed
@@ -32,6 +33,14 @@ except WorkflowError:
     raise ConfigError("invalid config:\n  " + "\n  ".join(schema_errors(config, SCHEMA))) from None
 check_config(config, workflow.basedir)
 check_pinned(config, workflow.basedir)
+_elsewhere = pinned_elsewhere(config, workflow.basedir)
+if _elsewhere:
+    logger.warning(
+        "cost_model.pinned: measured on another machine than this one: "
+        + ", ".join(_elsewhere)
+        + ". The run makes those rounds but times them on this machine, whose end probes will disagree"
+        " with the file: expect a verdict of not valid. Leave cost_model unpinned to price rounds here."
+    )
 
 
 GENERATION = config["generation"]

@@ -17,7 +17,7 @@ from fewerpasses.core.stats import PROMPTS, RERUN, category_geomean, replicated_
 from fewerpasses.core.technique import ConfigError
 from fewerpasses.measure.cost_model import decode_costs_of, fit, isotonic
 from fewerpasses.measure.replicates import ONE_PROCESS, RERUN_INTERVAL, merge, merge_replicates
-from fewerpasses.pipeline.costs import check_pinned, cost_jobs
+from fewerpasses.pipeline.costs import check_pinned, cost_jobs, pinned_elsewhere
 from fewerpasses.report.compare import compare, main as compare_main, row_verdict
 from fewerpasses.report.verdict import run_verdict
 
@@ -338,11 +338,13 @@ def test_the_linux_state_gives_steal_and_load_over_a_span():
     assert span["idle_share"] == pytest.approx(700 / 950) and span["load_1min_end"] == 1.5
 
 
-def _run_dir(root: Path, name: str, rows, valid=True) -> Path:
+def _run_dir(root: Path, name: str, rows, valid=True, machine=None) -> Path:
     d = root / name
     d.mkdir(parents=True)
     pd.DataFrame(rows).to_csv(d / "techniques.csv", index=False)
     (d / "verdict.json").write_text(json.dumps({"valid": valid, "reasons": [] if valid else ["drift"], "checks": []}))
+    if machine is not None:
+        (d / "run.json").write_text(json.dumps({"commit": "c", **machine}))
     return d
 
 
@@ -406,6 +408,15 @@ def test_one_cost_model_per_model_and_kind_up_to_its_longest_draft(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "plain.json").write_text("{}")
     check_pinned(_config(cost_model={"pinned": str(tmp_path)}), str(tmp_path))
+    # A file measured on another machine is named, one from this machine (or unrecorded) not.
+    pinned = _config(cost_model={"pinned": str(tmp_path)})
+    assert pinned_elsewhere(pinned, str(tmp_path), here=("Intel Xeon", 2)) == []
+    (tmp_path / "m" / "plain.json").write_text(json.dumps({"environment": {"chip": "AMD EPYC", "cpu_count": 2}}))
+    assert pinned_elsewhere(pinned, str(tmp_path), here=("AMD EPYC", 2)) == []
+    assert pinned_elsewhere(pinned, str(tmp_path), here=("Intel Xeon", 2)) == [
+        f"{tmp_path}/m/plain.json (AMD EPYC, 2 cores)"
+    ]
+    assert pinned_elsewhere(_config(), str(tmp_path), here=("Intel Xeon", 2)) == []
 
 
 # The configs that measure (not the default's quick check, the embedded models' trials or an
@@ -509,3 +520,39 @@ def test_a_run_adds_the_replicates_a_cell_needs_when_invoked_again(tmp_path):
         path.write_text(json.dumps(_cell(r, [x] * 4)))
     for args in ((), ("--config", "extend_replicates=true")):
         assert [Path(o).name for o in suffix(plan(tmp_path, *args)["jobs"])] == [f"rep{r}.json" for r in range(1, 6)]
+
+
+EPYC = {
+    "machine": "AMD EPYC, x86_64, 2 cores, 25 GB; Linux 6.1",
+    "backend": "Device(cpu, 0)",
+    "BLAS": "mkl with MKL_CBWR=AVX2",
+}
+
+
+def test_compare_says_when_two_runs_ran_on_different_machines(tmp_path, capsys):
+    """Each run's intervals are over reruns on its own machine: runs on two machines are not
+    reruns of each other, and the comparison names what differs; a new kernel alone is the
+    same machine. A run kept before run.json recorded its machine reads its cost models'."""
+    rows = [_row("same", 1.2, 1.1, 1.3)]
+    xeon = {**EPYC, "machine": "Intel(R) Xeon(R) Processor, x86_64, 2 cores, 25 GB; Linux 6.1", "BLAS": "mkl"}
+    _run_dir(tmp_path, "amd", rows, machine=EPYC)
+    _run_dir(tmp_path, "intel", rows, machine=xeon)
+    _run_dir(tmp_path, "amd2", rows, machine={**EPYC, "machine": EPYC["machine"].replace("6.1", "6.18")})
+    old = _run_dir(tmp_path, "old", rows)
+    (old / "costs/m").mkdir(parents=True)
+    env = {"chip": "Intel(R) Xeon(R) Processor", "machine": "x86_64", "cpu_count": 2, "memory_gb": 25.3}
+    (old / "costs/m/plain.json").write_text(json.dumps({"environment": {**env, "backend_device": "Device(cpu, 0)", "blas": "mkl (/x/libmkl_rt.so.3)"}}))  # fmt: skip
+    compare_main(["amd", "intel", "--root", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "ran on different machines" in out and "AMD EPYC" in out and "BLAS: mkl with MKL_CBWR=AVX2 / mkl" in out
+    compare_main(["amd", "amd2", "--root", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "different machines" not in out and "Both on: AMD EPYC" in out
+    compare_main(["old", "intel", "--root", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "different machines" not in out and "Both on: Intel(R) Xeon(R) Processor, x86_64, 2 cores, 25 GB" in out
+    compare_main(["old", "amd", "--root", str(tmp_path)])
+    assert "machine: Intel(R) Xeon(R) Processor, x86_64, 2 cores, 25 GB / AMD EPYC" in capsys.readouterr().out
+    (old / "costs/m/plain.json").unlink()
+    compare_main(["old", "amd", "--root", str(tmp_path)])
+    assert "A's machine: not recorded" in capsys.readouterr().out

@@ -643,7 +643,14 @@ def test_writing_a_run_replaces_its_section_and_tables_and_keeps_the_others(tmp_
         "verify_curve.csv",
     }
     assert "/work/" not in (folder / "memory.csv").read_text()
-    assert json.loads((folder / "run.json").read_text())["commit"] == "c2"
+    run = json.loads((folder / "run.json").read_text())
+    assert run["commit"] == "c2" and run["machine"].startswith("AMD EPYC, x86_64, 2 cores") and run["BLAS"] == "mkl"
+    # A rerun on another machine is named as one beside the run it replaced.
+    for c in cells:
+        c["environment"].update(chip="Intel(R) Xeon(R) Processor", commit="c3")
+    results, paths = write_run(tmp_path / "third", default_run(), cells)
+    text = write_results(path, "default", "snakemake --cores 1", results, paths)
+    assert "**on another machine**: machine: AMD EPYC, x86_64, 2 cores, 25 GB; Linux" in text
     # A file that has no sections yet (or another text) gets the title and preamble once.
     assert merged(None, "x", "<!-- run: x -->\nbody\n<!-- end of run: x -->\n").count("# Results") == 1
 

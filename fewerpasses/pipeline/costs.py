@@ -2,6 +2,8 @@
 cell prices its rounds at (rule `cost_model`, rules/costs.smk), or a pinned file per pair
 (`cost_model.pinned`), which no job re-measures. Nothing here imports MLX."""
 
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -94,3 +96,23 @@ def check_pinned(config: Dict, basedir: str = ".") -> None:
             "cost_model.pinned: no cost model for " + ", ".join(missing) + " (a run's results/costs/ or "
             "results_tables/<run>/costs/ holds them, one per model and target kind)"
         )
+
+
+def pinned_elsewhere(config: Dict, basedir: str = ".", here: Optional[Tuple[str, int]] = None) -> List[str]:
+    """The pinned cost files measured on another machine than this one (`here`: its chip and
+    core count, as cells record them): each as its path and that machine. Such a run makes
+    the pinned run's rounds, but times them on this machine's verify curve, which its end
+    probes then read as disagreeing with the file: the run's verdict comes out not valid."""
+    if not (config.get("cost_model") or {}).get("pinned"):
+        return []
+    if here is None:
+        from ..core.environment import cpu_name
+
+        here = (cpu_name(), os.cpu_count())
+    out = []
+    for m, k in cost_jobs(config):
+        path = pinned_file(config, m, k, basedir)
+        env = (json.loads(path.read_text()).get("environment") or {}) if path.is_file() else {}
+        if env.get("chip") and (env["chip"], env.get("cpu_count")) != tuple(here):
+            out.append(f"{path} ({env['chip']}, {env.get('cpu_count')} cores)")
+    return out

@@ -10,6 +10,10 @@ Verdicts, for B against A: `same` where each interval holds the other's figure; 
 `slower` where neither does (the figures are apart by more than either run's interval);
 `unsure` where only one does (one run's interval is too wide to tell); `only in A` / `only in
 B` for a row one run lacks.
+
+Each run's intervals are over reruns on its own machine: two runs on different machines (chip,
+cores, backend or BLAS, as each run's `run.json` records them, else its own cost models) are not
+reruns of each other, and the comparison says so above its rows, naming what differs.
 """
 
 import argparse
@@ -19,6 +23,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import pandas as pd
+
+from .provenance import blas_name, machine_text
 
 KEY = ["target", "technique", "config"]
 # The figure a comparison reads, and its interval's columns in the techniques table.
@@ -38,8 +44,49 @@ def run_dir(run, root: Path = Path("results_tables")) -> Path:
     raise FileNotFoundError(f"no run at {path} or {root / str(run)}: give a results_tables/<run>/ folder")
 
 
+# What a run ran on, as its `run.json` records it (report/previous_run.py writes it); the first
+# three tell one machine from another, the versions only what ran on it.
+MACHINE_FIELDS = ("machine", "backend", "BLAS", "versions")
+HARDWARE_FIELDS = ("machine", "backend", "BLAS")
+
+
+def machine_of(folder: Path) -> Dict[str, str]:
+    """A run's machine fields: from its `run.json`, else (a run kept before it recorded them)
+    from the environment its own cost models recorded; empty where neither says."""
+    run = folder / "run.json"
+    got = json.loads(run.read_text()) if run.is_file() else {}
+    if any(got.get(k) for k in MACHINE_FIELDS):
+        return {k: got[k] for k in MACHINE_FIELDS if got.get(k)}
+    for path in sorted(folder.glob("costs/*/*.json")):
+        env = json.loads(path.read_text()).get("environment") or {}
+        if env.get("chip"):
+            return {
+                "machine": machine_text(env),
+                "backend": str(env.get("backend_device")),
+                "BLAS": blas_name(env.get("blas")),
+                "versions": f"python {env.get('python')}, mlx {env.get('mlx')}, mlx-lm {env.get('mlx_lm')}",
+            }
+    return {}
+
+
+def _hardware(field: str, value: str) -> str:
+    # The OS (a kernel's version) follows the machine's figures after "; ": not the machine.
+    return value.split("; ")[0] if field == "machine" else value
+
+
+def machine_difference(a: Dict[str, str], b: Dict[str, str]) -> str:
+    """What sets two runs' machines apart (A's value, then B's), or "" where both record the
+    same hardware, backend and BLAS, or either records none."""
+    fields = [k for k in HARDWARE_FIELDS if a.get(k) and b.get(k)]
+    if not fields:
+        return ""
+    moved = [k for k in fields if _hardware(k, a[k]) != _hardware(k, b[k])]
+    return "; ".join(f"{k}: {a[k]} / {b[k]}" for k in moved)
+
+
 def read_run(folder: Path) -> Dict:
-    """A run's techniques table and its verdict (None for a run kept before verdicts)."""
+    """A run's techniques table, its verdict (None for a run kept before verdicts) and what
+    it ran on (`machine_of`)."""
     table = folder / "techniques.csv"
     if not table.is_file():
         raise FileNotFoundError(f"{folder} has no techniques.csv: is it a results_tables/<run>/ folder?")
@@ -48,6 +95,7 @@ def read_run(folder: Path) -> Dict:
         "name": folder.name,
         "table": pd.read_csv(table),
         "verdict": json.loads(verdict.read_text()) if verdict.is_file() else None,
+        "machine": machine_of(folder),
     }
 
 
@@ -120,7 +168,19 @@ def _verdict_text(run: Dict) -> str:
 
 def markdown(a: Dict, b: Dict, table: pd.DataFrame, figure: str = "speedup") -> str:
     """The comparison as a markdown table, under both runs' verdicts and a count of verdicts."""
-    lines = [f"A = {_verdict_text(a)}", f"B = {_verdict_text(b)}", ""]
+    lines = [f"A = {_verdict_text(a)}", f"B = {_verdict_text(b)}"]
+    ma, mb = a.get("machine") or {}, b.get("machine") or {}
+    moved = machine_difference(ma, mb)
+    if moved:
+        lines.append(
+            f"**Not reruns of each other: the runs ran on different machines** ({moved}). Each interval is"
+            " over reruns on its own machine: a row's verdict compares the machines as well as the code."
+        )
+    elif ma and mb:
+        lines.append(f"Both on: {ma.get('machine')}; {ma.get('BLAS')}")
+    else:
+        lines.append(f"{'A' if not ma else 'B'}'s machine: not recorded (kept before runs recorded it)")
+    lines.append("")
     lines += [
         f"| target | row | config | A {figure} | B {figure} | B/A | A's interval holds B | B's holds A | verdict |",
         "|---|---|---|---|---|---|---|---|---|",

@@ -23,16 +23,17 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import pandas as pd
 
 from . import compact
-from .compare import compare
+from .compare import MACHINE_FIELDS, compare, machine_difference
 
 PREVIOUS = "previous"
 RUN_FILE = "run.json"
-# The header rows of a section that say which measurement it was (provenance.py).
-RUN_FIELDS = ("command", "commit", "measured")
+# The header rows of a section that say which measurement it was, and on what (provenance.py).
+RUN_FIELDS = ("command", "commit", "measured") + MACHINE_FIELDS
 
 
 def run_file(rows: Sequence[Tuple[str, str]]) -> str:
-    """`run.json`: the header rows that name a measurement (command, commit, dates)."""
+    """`run.json`: the header rows that name a measurement (command, commit, dates) and what
+    it ran on (machine, backend, BLAS, versions: what `compare` holds two runs' figures to)."""
     return json.dumps({k: v.strip("`") for k, v in rows if k in RUN_FIELDS}, indent=1) + "\n"
 
 
@@ -153,4 +154,7 @@ def previous_table(
     run = json.loads(previous.get(RUN_FILE) or "{}")
     about = [f"{k} {run[k]}" for k in ("commit", "measured") if run.get(k)]
     about.append(_verdict_word(previous))
+    moved = machine_difference(run, json.loads(current.get(RUN_FILE) or "{}"))
+    if moved:
+        about.append("**on another machine**: " + moved)
     return lines, about, notes

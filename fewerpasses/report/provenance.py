@@ -67,7 +67,9 @@ def _prompts(cells: List[Dict]) -> str:
     )
 
 
-def _machine(e: Dict) -> str:
+def machine_text(e: Dict) -> str:
+    """A machine as a section names it, from an environment record: chip, architecture,
+    cores, memory; then its OS after "; "."""
     parts = [str(e.get("chip"))]
     parts += [str(e[k]) for k in ("machine",) if e.get(k)]
     if e.get("cpu_count"):
@@ -113,7 +115,7 @@ def provenance(cells: List[Dict], command: str) -> List[Tuple[str, str]]:
             (f"{_day(min(starts))} to {_day(max(ends))}" if starts else "not recorded") + f", {len(cells)} cells",
         ),
         ("prompts", _prompts(cells)),
-        ("machine", _one([_machine(e) for e in envs])),
+        ("machine", _one([machine_text(e) for e in envs])),
         ("backend", _one([e.get("backend_device") for e in envs])),
         ("BLAS", _one([blas_name(e.get("blas")) for e in envs])),
         (

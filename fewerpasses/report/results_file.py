@@ -31,8 +31,7 @@ import shutil
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
-from .previous_run import PREVIOUS, RUN_FILE, previous_files, run_file
-from .provenance import provenance
+from .previous_run import PREVIOUS, previous_files
 from .section import FORMAT, TABLES_DIR, full_tables, section
 from .section_check import check_section
 
@@ -121,8 +120,7 @@ def write_results(
         c for c in load_cells(list(cell_paths)) if isinstance(c, dict) and c.get("technique") and c.get("environment")
     ]
     tables_dir = tables_dir if tables_dir is not None else Path(path).parent / TABLES_DIR
-    tables = full_tables(results_dir, cells)
-    tables[RUN_FILE] = run_file(provenance(cells, command))
+    tables = full_tables(results_dir, cells, command)
     # The measurement this one replaces, kept and compared (previous_run.py).
     kept = previous_files(Path(tables_dir) / run, tables, sections(previous or "").get(run))
     own = section(run, command, Path(results_dir), cells, previous=kept)

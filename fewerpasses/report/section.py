@@ -13,7 +13,7 @@ from . import compact
 from .cell_tables import memory_frame, tree_frame, verify_frame
 from .comparison_rows import axis_rows
 from .line_fit import wrap
-from .previous_run import PREVIOUS, previous_table
+from .previous_run import PREVIOUS, RUN_FILE, previous_table, run_file
 from .provenance import provenance, without_paths
 from .run_costs import costs
 from .section_summary import summary
@@ -69,13 +69,16 @@ def _read_csv(path: Path) -> Optional[pd.DataFrame]:
         return None
 
 
-def full_tables(results_dir, cells: List[Dict]) -> Dict[str, str]:
+def full_tables(results_dir, cells: List[Dict], command: str) -> Dict[str, str]:
     """The run's full tables, as text by file name: the comparison's and the text bounds'
     CSVs and the layer-skipping sweep as the run wrote them, the memory plans, the verify
-    curves and the draft trees from the cells, the run's verdict (`verdict.json`), and its cost
-    models (`costs/<model>/<kind>.json`, which a later run can pin: cost_model.pinned).
-    Absolute paths are cut to their last part."""
-    out = {"verdict.json": json.dumps(run_verdict(cells).to_dict(), indent=1) + "\n"}
+    curves and the draft trees from the cells, the run's verdict (`verdict.json`), what made
+    it and on what (`run.json`), and its cost models (`costs/<model>/<kind>.json`, which a
+    later run can pin: cost_model.pinned). Absolute paths are cut to their last part."""
+    out = {
+        "verdict.json": json.dumps(run_verdict(cells).to_dict(), indent=1) + "\n",
+        RUN_FILE: run_file(provenance(cells, command)),
+    }
     for path in sorted((Path(results_dir) / "costs").glob("*/*.json")):
         out[f"costs/{path.parent.name}/{path.name}"] = without_paths(path.read_text())
     tables = Path(results_dir) / "tables"
@@ -195,7 +198,7 @@ def section(run: str, command: str, results_dir, cells: List[Dict], previous: Op
     `previous_run.previous_files` keeps them), the two compared row by row; within
     `MAX_SECTION_LINES` lines where giving up detail allows it (the rest is in its CSVs)."""
     frames = _frames(results_dir)
-    files = full_tables(results_dir, cells)
+    files = full_tables(results_dir, cells, command)
     verdict = run_verdict(cells)
     for level in range(6):
         lines = _layout(run, command, cells, frames, files, verdict, level, previous)

@@ -164,7 +164,7 @@ def drift_lines(df: pd.DataFrame, bound: float = DRIFT_BOUND) -> List[str]:
         "Plain decoding is the same work in every cell of a model, so its speed should not move while",
         "the sweep runs. A trend means the machine changed under the measurements (heat, other load,",
         "power settings). Speedups are paired within each cell and suffer less, but tok/s figures and",
-        f"comparisons across cells do. Trend: least-squares line of `baseline_tps` against each cell's",
+        "comparisons across cells do. Trend: least-squares line of `baseline_tps` against each cell's",
         f"start time, relative to the model's mean; warning beyond ±{bound:.0%} over the run.",
         "",
         "| model | cells | span | first → last cell (plain tok/s) | trend per hour | trend over the run |",
