@@ -84,8 +84,8 @@ def calibration_section(head_dir: Path) -> str:
 With the cost gate and `confidence: calibrated` (the config's head.confidence; by default rounds are
 priced at the head's recent acceptance), the head drafts only where its own probability says the
 round pays (fewerpasses/lookup/confidence.py): `calibration.json` maps its top-1 probability to the chance
-the token is kept, per drafted position, counted on {src.get("prompts", "?")} prompts drawn from
-{_templates(src.get("template_file"))} with seed {src.get("seed", "?")}, none a training prompt or a measured text, answered
+the token is kept, per drafted position, counted on {src.get("prompts", "?")} prompts drawn with seed {src.get("seed", "?")} from
+{_templates(src.get("template_file"))}; none is a training prompt or a measured text; answered
 greedily up to {src.get("max_tokens", "?")} tokens; a label outside the draft vocabulary counts as a miss.
 Drafted tokens counted by position, each given the earlier ones kept: {", ".join(str(int(n)) for n in seen)};
 kept {", ".join(_pct(x) for x in kept)}. The first token by its probability: {bins}.
