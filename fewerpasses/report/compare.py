@@ -24,7 +24,7 @@ from typing import Dict, List, Optional
 
 import pandas as pd
 
-from .provenance import blas_name, machine_text
+from .provenance import provenance
 
 KEY = ["target", "technique", "config"]
 # The figure a comparison reads, and its interval's columns in the techniques table.
@@ -59,13 +59,8 @@ def machine_of(folder: Path) -> Dict[str, str]:
         return {k: got[k] for k in MACHINE_FIELDS if got.get(k)}
     for path in sorted(folder.glob("costs/*/*.json")):
         env = json.loads(path.read_text()).get("environment") or {}
-        if env.get("chip"):
-            return {
-                "machine": machine_text(env),
-                "backend": str(env.get("backend_device")),
-                "BLAS": blas_name(env.get("blas")),
-                "versions": f"python {env.get('python')}, mlx {env.get('mlx')}, mlx-lm {env.get('mlx_lm')}",
-            }
+        if env.get("chip"):  # the header rows a section would give a run of this one record
+            return {k: v for k, v in provenance([{"environment": env}], "") if k in MACHINE_FIELDS}
     return {}
 
 

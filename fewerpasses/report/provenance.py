@@ -67,7 +67,7 @@ def _prompts(cells: List[Dict]) -> str:
     )
 
 
-def machine_text(e: Dict) -> str:
+def _machine(e: Dict) -> str:
     """A machine as a section names it, from an environment record: chip, architecture,
     cores, memory; then its OS after "; "."""
     parts = [str(e.get("chip"))]
@@ -115,7 +115,7 @@ def provenance(cells: List[Dict], command: str) -> List[Tuple[str, str]]:
             (f"{_day(min(starts))} to {_day(max(ends))}" if starts else "not recorded") + f", {len(cells)} cells",
         ),
         ("prompts", _prompts(cells)),
-        ("machine", _one([machine_text(e) for e in envs])),
+        ("machine", _one([_machine(e) for e in envs])),
         ("backend", _one([e.get("backend_device") for e in envs])),
         ("BLAS", _one([blas_name(e.get("blas")) for e in envs])),
         (
