@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 from snakemake.utils import validate
@@ -446,7 +447,14 @@ def results_run_name():
 
 
 def results_command():
-    return command_for(run_configfiles())
+    """The command that reran this run: its config files, and cost_model.pinned where it was
+    given on the command line (`--config`), not in one of them."""
+    pinned = (config.get("cost_model") or {}).get("pinned")
+    in_files = any(
+        ((yaml.safe_load(Path(f).read_text()) or {}).get("cost_model") or {}).get("pinned") == pinned
+        for f in workflow.overwrite_configfiles or []
+    )
+    return command_for(run_configfiles(), None if in_files else pinned)
 
 
 # The plan (rules/plan.smk): every job of the run, priced before any cell runs.

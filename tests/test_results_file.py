@@ -388,6 +388,10 @@ def test_run_names_and_commands_come_from_the_config_files():
     files = ["config/categories.yaml", "config/long_answers.yaml"]
     assert run_name(files) == "categories+long_answers"
     assert command_for(files) == "snakemake --cores 1 --configfile config/categories.yaml config/long_answers.yaml"
+    # A run priced at pinned cost models is rerun only with them: the command names them.
+    assert command_for(["config/drafting.yaml"], "results_tables/drafting/costs") == (
+        'snakemake --cores 1 --configfile config/drafting.yaml --config "cost_model={pinned: results_tables/drafting/costs}"'
+    )
 
 
 RUNS = {
@@ -763,6 +767,27 @@ def test_the_costs_rows_give_the_verify_curve_memory_and_drift():
     for c in cells:
         c["baseline_tps"] = 18.0 if c["started_at"] < 1_796_145_000 else 12.0
     assert "beyond ±10%" in dict(costs(cells))["plain decoding over the run"]
+
+
+def test_the_costs_rows_say_whether_the_run_priced_rounds_at_its_own_cost_models_or_pinned_ones(tmp_path):
+    own = cell("suffix", "smollm2", 1, 4, ["qa"], verify_costs=verify_costs())
+    own["verify_costs"].update(source="/work/clone/results/costs/smollm2/plain.json", digest="9a0c11e2f3d4b5a6")
+    assert dict(costs([own]))["cost models"] == "this run's own (1 file, `costs/` beside its tables)"
+    # Pinned files from a kept run: named by folder, date, chip and digest (read where they lie).
+    folder = tmp_path / "results_tables" / "drafting" / "costs" / "smollm2"
+    folder.mkdir(parents=True)
+    (folder / "plain.json").write_text(json.dumps({"started_at": 1796386377.8, "environment": {"chip": "AMD EPYC"}}))
+    pinned = []
+    for i, (kind, digest) in enumerate((("plain", "1823d583badf3dba"), ("head-h", "04dee5a1ab14d59a"))):
+        c = cell("head" if i else "suffix", "smollm2", i, 4, ["qa"], verify_costs=verify_costs())
+        c["verify_costs"].update(source=str(folder / f"{kind}.json"), digest=digest)
+        pinned.append(c)
+    row = dict(costs(pinned + [own]))["cost models"]
+    assert row.startswith("**pinned** (cost_model.pinned): 2 files from results_tables/drafting/costs, measured 2026-")
+    assert "on AMD EPYC; SHA-256 04dee5a1, 1823d583" in row
+    assert row.endswith("; 1 of the run's own")
+    # Cells that price no rounds (the A/A, a run without the cost gate): no row.
+    assert "cost models" not in dict(costs([cell("plain", "smollm2", 0, 4, ["qa"])]))
 
 
 def test_the_header_shows_the_longest_curve_a_target_measured_at_a_context():

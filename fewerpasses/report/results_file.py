@@ -56,12 +56,16 @@ def run_name(configfiles: Iterable[str]) -> str:
     return "+".join(stems) if stems and stems != ["config"] else "default"
 
 
-def command_for(configfiles: Iterable[str]) -> str:
-    """The command that runs a run: the default, or with its config files."""
+def command_for(configfiles: Iterable[str], pinned: Optional[str] = None) -> str:
+    """The command that runs a run: the default, or with its config files; `pinned`, a
+    cost_model.pinned given on the command line rather than in a config file, is added as
+    `--config`, since the run prices its rounds at those files and a rerun must too."""
     files = [str(f) for f in configfiles]
     if not files or [Path(f).stem for f in files] == ["config"]:
-        return "snakemake --cores 1"
-    return "snakemake --cores 1 --configfile " + " ".join(files)
+        command = "snakemake --cores 1"
+    else:
+        command = "snakemake --cores 1 --configfile " + " ".join(files)
+    return command + (f' --config "cost_model={{pinned: {pinned}}}"' if pinned else "")
 
 
 def sections(text: str) -> Dict[str, str]:

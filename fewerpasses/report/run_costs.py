@@ -1,7 +1,11 @@
 """The header rows of a run's section that give the run's own costs: how plain decoding moved
-over the run (and whether beyond the drift bound), each target's verify curve, the memory plans
-against the measured peaks, and what the draft trees kept."""
+over the run (and whether beyond the drift bound), which cost models priced its rounds (its own,
+or files pinned from another run), each target's verify curve, the memory plans against the
+measured peaks, and what the draft trees kept."""
 
+import json
+import time
+from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pandas as pd
@@ -38,9 +42,67 @@ def _span(hours: float) -> str:
     return f"{hours:.1f} h" if hours >= 1 else f"{hours * 60:.0f} min"
 
 
+def cost_files(cells: List[Dict]) -> Dict[str, str]:
+    """The cost models the run's cells priced their rounds at, by digest: the path each was
+    read from (measure/cost_model.py `load_cost_file`), each replicate's included."""
+    files: Dict[str, str] = {}
+    for c in cells:
+        for r in [c, *(c.get("replicates") or [])]:
+            v = r.get("verify_costs") or {}
+            if v.get("digest"):
+                files.setdefault(v["digest"], str(v.get("source") or ""))
+    return files
+
+
+def _own(source: str) -> bool:
+    # The run's own cost models lie at results/costs/<model>/<kind>.json (rule cost_model).
+    return Path(source).parts[-4:-2] == ("results", "costs")
+
+
+def _measured(paths: List[str]) -> str:
+    """When and on what chip pinned files were measured, where they can still be read."""
+    starts, chips = [], set()
+    for path in paths:
+        try:
+            got = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            continue
+        if got.get("started_at"):
+            starts.append(got["started_at"])
+        if (got.get("environment") or {}).get("chip"):
+            chips.add(str(got["environment"]["chip"]))
+    if not starts:
+        return ""
+    day = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(min(starts)))
+    return f", measured {day}" + (f" on {', '.join(sorted(chips))}" if chips else "")
+
+
+def cost_models_row(cells: List[Dict]) -> List[Tuple[str, str]]:
+    """Which cost models priced the run's rounds: its own, or files pinned from another run
+    (cost_model.pinned), named by their folder and the first digits of their SHA-256, so that a
+    reader can tell two runs priced alike from two that were not."""
+    files = cost_files(cells)
+    if not files:
+        return []
+    pinned = {d: s for d, s in files.items() if not _own(s)}
+    if not pinned:
+        return [("cost models", f"this run's own ({plural(len(files), 'file')}, `costs/` beside its tables)")]
+    folders = sorted({"/".join(Path(s).parts[-5:-2]) for s in pinned.values()})
+    digests = ", ".join(d[:8] for d in sorted(pinned, key=lambda d: pinned[d]))
+    own = len(files) - len(pinned)
+    return [
+        (
+            "cost models",
+            f"**pinned** (cost_model.pinned): {plural(len(pinned), 'file')} from {', '.join(folders)}"
+            f"{_measured(sorted(pinned.values()))}; SHA-256 {digests}" + (f"; {own} of the run's own" if own else ""),
+        )
+    ]
+
+
 def costs(cells: List[Dict]) -> List[Tuple[str, str]]:
-    """The run's own costs, as header rows: how plain decoding moved over the run, each
-    target's verify curve, and the memory plans against the measured peaks."""
+    """The run's own costs, as header rows: how plain decoding moved over the run, which cost
+    models priced its rounds, each target's verify curve, and the memory plans against the
+    measured peaks."""
     from .tables import DRIFT_BOUND
 
     rows = []
@@ -56,6 +118,7 @@ def costs(cells: List[Dict]) -> List[Tuple[str, str]]:
         )
     if parts:
         rows.append(("plain decoding over the run", fit(parts, 170, more="and {} more targets")))
+    rows += cost_models_row(cells)
     verify = verify_frame(cells)
     groups = list(verify.groupby(["target", "context"], sort=False))
     # A few curves in the header; a run that measured many (targets by contexts) lists the
