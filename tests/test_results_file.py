@@ -22,7 +22,7 @@ from fewerpasses.report import results_file as rf
 from fewerpasses.report.cell_tables import verify_frame
 from fewerpasses.report.provenance import blas_name, provenance, without_paths
 from fewerpasses.report.results_file import command_for, merged, run_name, sections, write_results
-from fewerpasses.report.run_costs import costs
+from fewerpasses.report.run_costs import costs, own_cost_digests
 from fewerpasses.report.section_check import check_section
 from fewerpasses.report.section_summary import summary
 from fewerpasses.report.section_tables import axis_table, bounds_table, techniques_table, terms_table
@@ -770,9 +770,14 @@ def test_the_costs_rows_give_the_verify_curve_memory_and_drift():
 
 
 def test_the_costs_rows_say_whether_the_run_priced_rounds_at_its_own_cost_models_or_pinned_ones(tmp_path):
+    # The run's own cost model (rule cost_model): the digest a cell recorded when it read it.
+    results = tmp_path / "clone" / "results"
+    (results / "costs" / "smollm2").mkdir(parents=True)
+    (results / "costs" / "smollm2" / "plain.json").write_text(json.dumps({"started_at": 1796380000.0}))
+    own_digests = own_cost_digests(results)
     own = cell("suffix", "smollm2", 1, 4, ["qa"], verify_costs=verify_costs())
-    own["verify_costs"].update(source="/work/clone/results/costs/smollm2/plain.json", digest="9a0c11e2f3d4b5a6")
-    assert dict(costs([own]))["cost models"] == "this run's own (1 file, `costs/` beside its tables)"
+    own["verify_costs"].update(source=str(results / "costs" / "smollm2" / "plain.json"), digest=min(own_digests))
+    assert dict(costs([own], own_digests))["cost models"] == "this run's own (1 file, `costs/` beside its tables)"
     # Pinned files from a kept run: named by folder, date, chip and digest (read where they lie).
     folder = tmp_path / "results_tables" / "drafting" / "costs" / "smollm2"
     folder.mkdir(parents=True)
@@ -782,10 +787,14 @@ def test_the_costs_rows_say_whether_the_run_priced_rounds_at_its_own_cost_models
         c = cell("head" if i else "suffix", "smollm2", i, 4, ["qa"], verify_costs=verify_costs())
         c["verify_costs"].update(source=str(folder / f"{kind}.json"), digest=digest)
         pinned.append(c)
-    row = dict(costs(pinned + [own]))["cost models"]
+    row = dict(costs(pinned + [own], own_digests))["cost models"]
     assert row.startswith("**pinned** (cost_model.pinned): 2 files from results_tables/drafting/costs, measured 2026-")
     assert "on AMD EPYC; SHA-256 04dee5a1, 1823d583" in row
     assert row.endswith("; 1 of the run's own")
+    # Another clone's results/costs, pinned: not this run's own, though its path looks alike.
+    other = cell("suffix", "smollm2", 2, 4, ["qa"], verify_costs=verify_costs())
+    other["verify_costs"].update(source="/elsewhere/results/costs/smollm2/plain.json", digest="77aa00bb11cc22dd")
+    assert dict(costs([other], own_digests))["cost models"].startswith("**pinned** (cost_model.pinned): 1 file from")
     # Cells that price no rounds (the A/A, a run without the cost gate): no row.
     assert "cost models" not in dict(costs([cell("plain", "smollm2", 0, 4, ["qa"])]))
 

@@ -6,7 +6,7 @@ measured peaks, and what the draft trees kept."""
 import json
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Set, Tuple
 
 import pandas as pd
 
@@ -54,9 +54,13 @@ def cost_files(cells: List[Dict]) -> Dict[str, str]:
     return files
 
 
-def _own(source: str) -> bool:
-    # The run's own cost models lie at results/costs/<model>/<kind>.json (rule cost_model).
-    return Path(source).parts[-4:-2] == ("results", "costs")
+def own_cost_digests(results_dir) -> Set[str]:
+    """The digests of the cost models the run measured itself (results/costs/<model>/<kind>.json,
+    rule cost_model), as a cell that read one records it: a cell whose digest is not among them
+    priced its rounds at a pinned file, wherever that file lay."""
+    from ..measure.cost_model import load_cost_file
+
+    return {load_cost_file(p)["digest"] for p in sorted((Path(results_dir) / "costs").glob("*/*.json"))}
 
 
 def _measured(paths: List[str]) -> str:
@@ -77,14 +81,15 @@ def _measured(paths: List[str]) -> str:
     return f", measured {day}" + (f" on {', '.join(sorted(chips))}" if chips else "")
 
 
-def cost_models_row(cells: List[Dict]) -> List[Tuple[str, str]]:
-    """Which cost models priced the run's rounds: its own, or files pinned from another run
-    (cost_model.pinned), named by their folder and the first digits of their SHA-256, so that a
-    reader can tell two runs priced alike from two that were not."""
+def cost_models_row(cells: List[Dict], own: Set[str] = frozenset()) -> List[Tuple[str, str]]:
+    """Which cost models priced the run's rounds: its own (their digests in `own`,
+    `own_cost_digests`), or files pinned from another run (cost_model.pinned), named by their
+    folder and the first digits of their SHA-256, so that a reader can tell two runs priced
+    alike from two that were not."""
     files = cost_files(cells)
     if not files:
         return []
-    pinned = {d: s for d, s in files.items() if not _own(s)}
+    pinned = {d: s for d, s in files.items() if d not in own}
     if not pinned:
         return [("cost models", f"this run's own ({plural(len(files), 'file')}, `costs/` beside its tables)")]
     folders = sorted({"/".join(Path(s).parts[-5:-2]) for s in pinned.values()})
@@ -99,10 +104,10 @@ def cost_models_row(cells: List[Dict]) -> List[Tuple[str, str]]:
     ]
 
 
-def costs(cells: List[Dict]) -> List[Tuple[str, str]]:
+def costs(cells: List[Dict], own: Set[str] = frozenset()) -> List[Tuple[str, str]]:
     """The run's own costs, as header rows: how plain decoding moved over the run, which cost
-    models priced its rounds, each target's verify curve, and the memory plans against the
-    measured peaks."""
+    models priced its rounds (`cost_models_row`), each target's verify curve, and the memory
+    plans against the measured peaks."""
     from .tables import DRIFT_BOUND
 
     rows = []
@@ -118,7 +123,7 @@ def costs(cells: List[Dict]) -> List[Tuple[str, str]]:
         )
     if parts:
         rows.append(("plain decoding over the run", fit(parts, 170, more="and {} more targets")))
-    rows += cost_models_row(cells)
+    rows += cost_models_row(cells, own)
     verify = verify_frame(cells)
     groups = list(verify.groupby(["target", "context"], sort=False))
     # A few curves in the header; a run that measured many (targets by contexts) lists the

@@ -15,7 +15,7 @@ from .comparison_rows import axis_rows
 from .line_fit import wrap
 from .previous_run import PREVIOUS, RUN_FILE, previous_table, run_file
 from .provenance import provenance, without_paths
-from .run_costs import costs
+from .run_costs import costs, own_cost_digests
 from .section_summary import summary
 from .verdict import run_verdict
 from .section_tables import axis_summary, axis_table, bounds_table, techniques_table, terms_table
@@ -108,8 +108,9 @@ def _frames(results_dir) -> Dict[str, Optional[pd.DataFrame]]:
     }
 
 
-def _layout(run, command, cells, frames, files, verdict, level: int, previous=None) -> List[str]:
-    """The section's lines; a higher `level` gives up detail to stay within the section's
+def _layout(run, header, frames, files, verdict, level: int, previous=None) -> List[str]:
+    """The section's lines under `header`, its rows of what made the run (provenance and the
+    run's costs); a higher `level` gives up detail to stay within the section's
     lines: 1 the context lengths' rows, 2 each category's bounds, 3 each category's speedups
     (each row's best and worst category instead), 4 those of plain and the ceiling, 5 the
     table by category (its CSVs are linked from the techniques table)."""
@@ -119,8 +120,7 @@ def _layout(run, command, cells, frames, files, verdict, level: int, previous=No
     lines += [""] + wrap(verdict.line())
     lines += [""] + summary(frames["techniques"], frames["by_category"], frames["by_context"])
     lines += ["", "| | |", "|---|---|"]
-    rows = provenance(cells, command) + costs(cells)
-    lines += [f"| {k} | {compact.cell_text(v)} |" for k, v in rows]
+    lines += [f"| {k} | {compact.cell_text(v)} |" for k, v in header]
     own = [(what, name) for what, name in CELL_TABLES if name in files]
     if own:
         lines += [""] + wrap("The cells' own tables: " + ", ".join(f"{what} {link(name)}" for what, name in own) + ".")
@@ -200,8 +200,9 @@ def section(run: str, command: str, results_dir, cells: List[Dict], previous: Op
     frames = _frames(results_dir)
     files = full_tables(results_dir, cells, command)
     verdict = run_verdict(cells)
+    header = provenance(cells, command) + costs(cells, own_cost_digests(results_dir))
     for level in range(6):
-        lines = _layout(run, command, cells, frames, files, verdict, level, previous)
+        lines = _layout(run, header, frames, files, verdict, level, previous)
         if len(lines) <= MAX_SECTION_LINES:
             break
     return without_paths("\n".join(lines)) + "\n"
