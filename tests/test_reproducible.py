@@ -5,6 +5,7 @@ the machine (core/environment.py). Nothing here asserts on a timing: the cells b
 and what is checked of them is what they drafted and kept."""
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -358,26 +359,56 @@ def test_compare_says_same_faster_slower_unsure_per_row(tmp_path, capsys):
         tmp_path,
         "a",
         [
-            _row("same", 1.2, 1.1, 1.3),
+            _row("same", 1.2, 1.19, 1.21),
+            _row("tight", 1.2, 1.195, 1.205),
             _row("up", 1.0, 0.95, 1.05),
+            _row("down", 1.3, 1.25, 1.35),
             _row("wide", 1.0, 0.99, 1.01),
             _row("gone", 1.0, 0.9, 1.1),
         ],
     )
-    b = _run_dir(tmp_path, "b", [_row("same", 1.25, 1.15, 1.35), _row("up", 1.3, 1.25, 1.35), _row("wide", 1.05, 0.9, 1.2), _row("new", 1.0, 0.9, 1.1)], valid=False)  # fmt: skip
+    b = _run_dir(tmp_path, "b", [_row("same", 1.21, 1.20, 1.22), _row("tight", 1.21, 1.205, 1.215), _row("up", 1.3, 1.25, 1.35), _row("down", 1.0, 0.95, 1.05), _row("wide", 1.05, 0.9, 1.2), _row("new", 1.0, 0.9, 1.1)], valid=False)  # fmt: skip
     from fewerpasses.report.compare import read_run
 
     table = compare(read_run(a), read_run(b)).set_index("technique")
     assert table.loc["same", "verdict"] == "same" and table.loc["up", "verdict"] == "faster"
-    assert table.loc["wide", "verdict"] == "unsure" and table.loc["up", "ratio"] == pytest.approx(1.3)
+    assert table.loc["down", "verdict"] == "slower" and table.loc["up", "ratio"] == pytest.approx(1.3)
+    # Neither interval holds the other's figure, yet B/A's own interval lies within 5% of 1.0.
+    tight = table.loc["tight"]
+    assert not tight.a_holds_b and not tight.b_holds_a and tight.verdict == "same"
+    assert tight.ratio_low > 1 and tight.ratio_high < 1.05
+    # One run's interval too wide to tell: B/A holds 1.0 but reaches past the tolerance.
+    assert table.loc["wide", "verdict"] == "unsure" and table.loc["wide", "ratio_low"] < 0.95
     assert table.loc["gone", "verdict"] == "only in A" and table.loc["new", "verdict"] == "only in B"
-    assert row_verdict(False, False, 0.8) == "slower" and row_verdict(None, True, 1.0) == "unsure"
+    # A looser tolerance takes the wide row for the same; a tighter one leaves the close one unsure.
+    assert compare(read_run(a), read_run(b), tolerance=0.25).set_index("technique").loc["wide", "verdict"] == "same"
+    assert compare(read_run(a), read_run(b), tolerance=0.01).set_index("technique").loc["same", "verdict"] == "unsure"
+    assert row_verdict(float("nan"), 1.0) == "unsure" and row_verdict(0.8, 0.9) == "slower"
     compare_main(["a", "b", "--root", str(tmp_path), "--figure", "geomean"])
     out = capsys.readouterr().out
     assert "B = b: not valid (drift)" in out and "| m | up | k=4 |" in out and "1 faster" in out
+    assert "tolerance 5%" in out
     with pytest.raises(SystemExit):
         compare_main(["a", "nowhere", "--root", str(tmp_path)])
     assert "no run at" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compare_main(["a", "b", "--root", str(tmp_path), "--tolerance", "5"])
+    assert "--tolerance must be a share" in capsys.readouterr().err
+
+
+def test_the_ratio_interval_adds_both_runs_errors_in_quadrature():
+    from fewerpasses.report.compare import ratio_interval
+
+    # Two runs of equal spread: B/A's interval is sqrt(2) times either one's, on the log scale.
+    h = math.log(1.05)
+    low, high = ratio_interval(1.0, math.exp(-h), math.exp(h), 1.1, 1.1 * math.exp(-h), 1.1 * math.exp(h))
+    assert math.log(1.1 / low) == pytest.approx(math.sqrt(2) * h)
+    assert math.log(high / 1.1) == pytest.approx(math.sqrt(2) * h)
+    # Skewed intervals: B's lower side pairs with A's upper side.
+    low, high = ratio_interval(1.0, 0.99, 1.04, 1.0, 0.97, 1.01)
+    assert math.log(1 / low) == pytest.approx(math.hypot(math.log(1 / 0.97), math.log(1.04)))
+    assert math.log(high) == pytest.approx(math.hypot(math.log(1.01), math.log(1 / 0.99)))
+    assert all(math.isnan(v) for v in ratio_interval(1.0, float("nan"), 1.1, 1.0, 0.9, 1.1))
 
 
 def _config(**over):

@@ -1,15 +1,21 @@
 """Compare two runs, as `pyperf compare_to` and `asv compare` do: per row, both figures, their
-ratio, whether each run's interval holds the other's figure, and a verdict.
+ratio with its interval, whether each run's interval holds the other's figure, and a verdict.
 
 A run is what `snakemake results` keeps of it: its folder `results_tables/<run>/` (its
 techniques table, its verdict and its cost models), so a run measured in an earlier session
 or on another machine compares as well. `python -m fewerpasses.report.compare A B`, where A
 and B are such folders or run names under `results_tables/`.
 
-Verdicts, for B against A: `same` where each interval holds the other's figure; `faster` or
-`slower` where neither does (the figures are apart by more than either run's interval);
-`unsure` where only one does (one run's interval is too wide to tell); `only in A` / `only in
-B` for a row one run lacks.
+B over A gets an interval of its own: each run's 95% interval read as 1.96 standard errors on
+the log scale, to each side, and the two added in quadrature, as for the difference of two
+independent estimates. The verdicts, for B against A, read that interval against a tolerance
+(5% unless told): `same` where the whole interval lies within the tolerance of 1.0 (the runs
+agree, to within it); `faster` or `slower` where it lies wholly above or below 1.0 and not
+within the tolerance; `unsure` where it holds 1.0 but reaches past the tolerance (too wide to
+tell); `only in A` / `only in B` for a row one run lacks. Whether each run's own interval holds
+the other's figure is shown beside it: an interval for one run's figure holds a rerun's figure
+less often than its 95%, as the rerun's figure has an error of its own (about 83% for two runs
+of equal spread), so it is no verdict.
 
 Each run's intervals are over reruns on its own machine: two runs on different machines (chip,
 cores, backend or BLAS, as each run's `run.json` records them, else its own cost models) are not
@@ -20,7 +26,7 @@ import argparse
 import json
 import math
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import pandas as pd
 
@@ -95,25 +101,49 @@ def read_run(folder: Path) -> Dict:
 
 
 def _holds(low, high, value) -> Optional[bool]:
-    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (low, high, value)):
+    if _missing(low, high, value):
         return None
     return low <= value <= high
 
 
-def row_verdict(a_holds_b: Optional[bool], b_holds_a: Optional[bool], ratio: float) -> str:
-    """B against A, from whether each interval holds the other's figure."""
-    if a_holds_b is None or b_holds_a is None:
+# The share by which two runs' figures may differ and still read as the same.
+TOLERANCE = 0.05
+
+
+def _missing(*values) -> bool:
+    return any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values)
+
+
+def ratio_interval(a, a_low, a_high, b, b_low, b_high) -> Tuple[float, float]:
+    """A 95% interval for B / A from each run's 95% interval: on the log scale, each side's
+    half-widths (B's lower with A's upper, and the reverse) added in quadrature, as for the
+    difference of two independent estimates. (nan, nan) where either interval is missing."""
+    if _missing(a, a_low, a_high, b, b_low, b_high) or min(a, a_low, b, b_low) <= 0:
+        return float("nan"), float("nan")
+    centre = math.log(b / a)
+    down = math.hypot(math.log(b / b_low), math.log(a_high / a))
+    up = math.hypot(math.log(b_high / b), math.log(a / a_low))
+    return math.exp(centre - down), math.exp(centre + up)
+
+
+def row_verdict(low: float, high: float, tolerance: float = TOLERANCE) -> str:
+    """B against A, from the interval on B / A: `same` within the tolerance of 1.0, `faster` or
+    `slower` apart from 1.0, else `unsure`."""
+    if _missing(low, high):
         return "unsure"
-    if a_holds_b and b_holds_a:
+    if 1 / (1 + tolerance) <= low and high <= 1 + tolerance:
         return "same"
-    if not a_holds_b and not b_holds_a:
-        return "faster" if ratio > 1 else "slower"
+    if low > 1:
+        return "faster"
+    if high < 1:
+        return "slower"
     return "unsure"
 
 
-def compare(a: Dict, b: Dict, figure: str = "speedup") -> pd.DataFrame:
+def compare(a: Dict, b: Dict, figure: str = "speedup", tolerance: float = TOLERANCE) -> pd.DataFrame:
     """One row per (target, technique, config) of either run: A's and B's figure with their
-    intervals, B over A, whether each interval holds the other's figure, and the verdict."""
+    intervals, B over A with its interval (`ratio_interval`), whether each run's interval holds
+    the other's figure, and the verdict (`row_verdict`)."""
     low, high = FIGURES[figure]
     cols = KEY + [figure, low, high]
 
@@ -131,13 +161,17 @@ def compare(a: Dict, b: Dict, figure: str = "speedup") -> pd.DataFrame:
         out = {k: r[k] for k in KEY}
         out.update(a=va, a_low=r[f"{low}_a"], a_high=r[f"{high}_a"], b=vb, b_low=r[f"{low}_b"], b_high=r[f"{high}_b"])
         if r["_merge"] != "both":
-            out.update(ratio=float("nan"), a_holds_b=None, b_holds_a=None)
+            out.update(ratio=float("nan"), ratio_low=float("nan"), ratio_high=float("nan"))
+            out.update(a_holds_b=None, b_holds_a=None)
             out["verdict"] = "only in A" if r["_merge"] == "left_only" else "only in B"
         else:
             out["ratio"] = vb / va if va else float("nan")
+            out["ratio_low"], out["ratio_high"] = ratio_interval(
+                va, out["a_low"], out["a_high"], vb, out["b_low"], out["b_high"]
+            )
             out["a_holds_b"] = _holds(out["a_low"], out["a_high"], vb)
             out["b_holds_a"] = _holds(out["b_low"], out["b_high"], va)
-            out["verdict"] = row_verdict(out["a_holds_b"], out["b_holds_a"], out["ratio"])
+            out["verdict"] = row_verdict(out["ratio_low"], out["ratio_high"], tolerance)
         rows.append(out)
     return pd.DataFrame(rows)
 
@@ -161,7 +195,7 @@ def _verdict_text(run: Dict) -> str:
     return f"{run['name']}: not valid ({'; '.join(v['reasons'])})"
 
 
-def markdown(a: Dict, b: Dict, table: pd.DataFrame, figure: str = "speedup") -> str:
+def markdown(a: Dict, b: Dict, table: pd.DataFrame, figure: str = "speedup", tolerance: float = TOLERANCE) -> str:
     """The comparison as a markdown table, under both runs' verdicts and a count of verdicts."""
     lines = [f"A = {_verdict_text(a)}", f"B = {_verdict_text(b)}"]
     ma, mb = a.get("machine") or {}, b.get("machine") or {}
@@ -182,13 +216,15 @@ def markdown(a: Dict, b: Dict, table: pd.DataFrame, figure: str = "speedup") -> 
     ]
     for r in table.to_dict("records"):
         ratio = "-" if math.isnan(r["ratio"]) else f"{r['ratio']:.3f}"
+        if not _missing(r["ratio_low"], r["ratio_high"]):
+            ratio += f" [{r['ratio_low']:.3f}, {r['ratio_high']:.3f}]"
         lines.append(
             f"| {r['target']} | {r['technique']} | {r['config']} | {_fig(r['a'], r['a_low'], r['a_high'])} "
             f"| {_fig(r['b'], r['b_low'], r['b_high'])} | {ratio} | {_yes(r['a_holds_b'])} | {_yes(r['b_holds_a'])} "
             f"| {r['verdict']} |"
         )
     counts = table.verdict.value_counts()
-    lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items())]
+    lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items()) + f" (B/A's interval, tolerance {tolerance:.0%})"]
     return "\n".join(lines) + "\n"
 
 
@@ -205,17 +241,25 @@ def main(argv=None) -> None:
         default="speedup",
         help="the figure compared: each row's median speedup, or its geometric mean over categories",
     )
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=TOLERANCE,
+        help="the share by which the figures may differ and read as the same (default %(default)s)",
+    )
     parser.add_argument("--root", default="results_tables", help="where run names are looked up")
     parser.add_argument("--csv", help="also write the comparison to this CSV file")
     args = parser.parse_args(argv)
     try:
         a, b = (read_run(run_dir(r, Path(args.root))) for r in (args.a, args.b))
-        table = compare(a, b, args.figure)
+        if not 0 <= args.tolerance < 1:
+            raise ValueError(f"--tolerance must be a share in [0, 1), got {args.tolerance}")
+        table = compare(a, b, args.figure, args.tolerance)
     except (FileNotFoundError, ValueError) as e:
         parser.error(str(e))
     if args.csv:
         table.to_csv(args.csv, index=False)
-    print(markdown(a, b, table, args.figure), end="")
+    print(markdown(a, b, table, args.figure, args.tolerance), end="")
 
 
 if __name__ == "__main__":
