@@ -4,9 +4,9 @@ Re-measuring a run replaces its section of RESULTS.md and its folder `results_ta
 So that a rerun says whether its figures held, the measurement it replaces is kept under
 `results_tables/<run>/previous/` (its tables, its verdict, and `run.json`: the command, commit
 and dates that made it), and the new section compares the two row by row with `compare.py`:
-each run's figure with its interval over reruns, the ratio, whether each interval holds the
-other's figure, and the verdict (same, faster, slower or unsure), for the median speedup and
-for the geometric mean over categories. One previous run is kept; older ones are in git.
+each run's figure with its interval over reruns, the ratio and the verdict on its interval,
+for the median speedup and for the geometric mean over categories. One previous run is kept;
+older ones are in git.
 
 Writing a section again from the same measurement is not a rerun: the previous run kept with
 it stays as it was. A measurement is named by its commit and the start of its cells (what
@@ -26,6 +26,8 @@ from . import compact
 from .compare import MACHINE_FIELDS, compare, machine_difference
 
 PREVIOUS = "previous"
+# The verdicts of a row that did not move between the runs (compare.py's `row_verdict`).
+UNMOVED = ("same", "unsure")
 RUN_FILE = "run.json"
 # The header rows of a section that say which measurement it was, and on what (provenance.py).
 RUN_FIELDS = ("command", "commit", "measured") + MACHINE_FIELDS
@@ -120,14 +122,14 @@ def previous_table(
 ) -> Tuple[List[str], List[str], List[str]]:
     """The section's table against the previous run: (its lines, what the caption says of
     the previous run, its notes: the count of each verdict). A higher `detail` level gives up
-    rows to keep the section short: 1 keeps only the rows whose verdict is not `same`, 2 no
-    row (the counts alone)."""
+    rows to keep the section short: 1 keeps only the rows that moved (a verdict of `faster`
+    or `slower`, or a row one run lacks), 2 no row (the counts alone)."""
     all_rows = comparison(previous, current)
     rows = all_rows
     if detail >= 1:
-        moved = rows.verdict != "same"
+        moved = ~rows.verdict.isin(UNMOVED)
         if "verdict_geomean" in rows:
-            moved |= rows.verdict_geomean.fillna("same") != "same"
+            moved |= ~rows.verdict_geomean.fillna("same").isin(UNMOVED)
         rows = rows[moved] if detail == 1 else rows.iloc[0:0]
     has_geo = "ratio_geomean" in rows
     heads = ["target", "technique", "config", "previous", "this run", "ratio", "verdict"]
@@ -150,7 +152,9 @@ def previous_table(
     counts = all_rows.verdict.value_counts()
     notes = [", ".join(f"{n} {v}" for v, n in counts.items()) + " (the median speedup)"] + notes
     if len(body) < len(all_rows):
-        notes.append("rows whose verdicts are both `same` left out" if body else "each row: the compare command")
+        notes.append(
+            "rows that did not move (`same` or `unsure`) left out" if body else "each row: the compare command"
+        )
     run = json.loads(previous.get(RUN_FILE) or "{}")
     about = [f"{k} {run[k]}" for k in ("commit", "measured") if run.get(k)]
     about.append(_verdict_word(previous))
