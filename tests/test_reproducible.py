@@ -393,7 +393,7 @@ def test_compare_says_same_faster_slower_unsure_per_row(tmp_path, capsys):
     assert "no run at" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         compare_main(["a", "b", "--root", str(tmp_path), "--tolerance", "5"])
-    assert "--tolerance must be a share" in capsys.readouterr().err
+    assert "the tolerance must be a share" in capsys.readouterr().err
 
 
 def test_the_ratio_interval_adds_both_runs_errors_in_quadrature():
@@ -409,6 +409,12 @@ def test_the_ratio_interval_adds_both_runs_errors_in_quadrature():
     assert math.log(1 / low) == pytest.approx(math.hypot(math.log(1 / 0.97), math.log(1.04)))
     assert math.log(high) == pytest.approx(math.hypot(math.log(1.01), math.log(1 / 0.99)))
     assert all(math.isnan(v) for v in ratio_interval(1.0, float("nan"), 1.1, 1.0, 0.9, 1.1))
+    assert all(math.isnan(v) for v in ratio_interval(1.0, 0.9, 0.0, 1.0, 0.9, 1.1))
+    # A figure outside its own interval gives that side no width, not a negative one.
+    assert ratio_interval(1.0, 1.0, 1.0, 1.0, 1.05, 1.1)[0] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="tolerance must be a share"):
+        row_verdict(0.9, 1.1, tolerance=-0.1)
+    assert row_verdict(1.0, 1.0, tolerance=0) == "same" and row_verdict(0.999, 1.0, tolerance=0) == "unsure"
 
 
 def _config(**over):

@@ -6,13 +6,17 @@ techniques table, its verdict and its cost models), so a run measured in an earl
 or on another machine compares as well. `python -m fewerpasses.report.compare A B`, where A
 and B are such folders or run names under `results_tables/`.
 
-B over A gets an interval of its own: each run's 95% interval read as 1.96 standard errors on
-the log scale, to each side, and the two added in quadrature, as for the difference of two
-independent estimates. The verdicts, for B against A, read that interval against a tolerance
-(5% unless told): `same` where the whole interval lies within the tolerance of 1.0 (the runs
-agree, to within it); `faster` or `slower` where it lies wholly above or below 1.0 and not
-within the tolerance; `unsure` where it holds 1.0 but reaches past the tolerance (too wide to
-tell); `only in A` / `only in B` for a row one run lacks. Whether each run's own interval holds
+B over A gets an interval of its own: on the log scale, each run's half-widths to either side
+added in quadrature, as for the difference of two independent estimates. Where both
+half-widths are the same multiple of their standard errors (1.96 for a normal interval), the
+sum is that multiple of B/A's; a run's interval widened to Student's t over a few replicates
+(core/stats.py) takes a larger multiple than the difference needs, and two runs priced at one
+pinned cost model share part of their error, so B/A's interval errs wide, towards `unsure`.
+The verdicts, for B against A, read that interval against a tolerance (5% unless told, the
+band [1/1.05, 1.05]): `same` where the whole interval lies within it (the runs agree, to
+within the tolerance); `faster` or `slower` where it lies wholly above or below 1.0 and not
+within the band; `unsure` where it holds 1.0 but reaches past the band (too wide to tell);
+`only in A` / `only in B` for a row one run lacks. Whether each run's own interval holds
 the other's figure is shown beside it: an interval for one run's figure holds a rerun's figure
 less often than its 95%, as the rerun's figure has an error of its own (about 83% for two runs
 of equal spread), so it is no verdict.
@@ -114,21 +118,35 @@ def _missing(*values) -> bool:
     return any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values)
 
 
+def check_tolerance(tolerance: float) -> None:
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"the tolerance must be a share in [0, 1), got {tolerance}")
+
+
+def tolerance_text(tolerance: float) -> str:
+    return f"{tolerance * 100:g}%"
+
+
 def ratio_interval(a, a_low, a_high, b, b_low, b_high) -> Tuple[float, float]:
     """A 95% interval for B / A from each run's 95% interval: on the log scale, each side's
     half-widths (B's lower with A's upper, and the reverse) added in quadrature, as for the
     difference of two independent estimates. (nan, nan) where either interval is missing."""
-    if _missing(a, a_low, a_high, b, b_low, b_high) or min(a, a_low, b, b_low) <= 0:
+    if _missing(a, a_low, a_high, b, b_low, b_high) or min(a, a_low, a_high, b, b_low, b_high) <= 0:
         return float("nan"), float("nan")
     centre = math.log(b / a)
-    down = math.hypot(math.log(b / b_low), math.log(a_high / a))
-    up = math.hypot(math.log(b_high / b), math.log(a / a_low))
+
+    def half(outer, inner):  # a side's half-width; none where the figure lies outside its interval
+        return max(0.0, math.log(outer / inner))
+
+    down = math.hypot(half(b, b_low), half(a_high, a))
+    up = math.hypot(half(b_high, b), half(a, a_low))
     return math.exp(centre - down), math.exp(centre + up)
 
 
 def row_verdict(low: float, high: float, tolerance: float = TOLERANCE) -> str:
     """B against A, from the interval on B / A: `same` within the tolerance of 1.0, `faster` or
     `slower` apart from 1.0, else `unsure`."""
+    check_tolerance(tolerance)
     if _missing(low, high):
         return "unsure"
     if 1 / (1 + tolerance) <= low and high <= 1 + tolerance:
@@ -144,6 +162,7 @@ def compare(a: Dict, b: Dict, figure: str = "speedup", tolerance: float = TOLERA
     """One row per (target, technique, config) of either run: A's and B's figure with their
     intervals, B over A with its interval (`ratio_interval`), whether each run's interval holds
     the other's figure, and the verdict (`row_verdict`)."""
+    check_tolerance(tolerance)
     low, high = FIGURES[figure]
     cols = KEY + [figure, low, high]
 
@@ -224,7 +243,10 @@ def markdown(a: Dict, b: Dict, table: pd.DataFrame, figure: str = "speedup", tol
             f"| {r['verdict']} |"
         )
     counts = table.verdict.value_counts()
-    lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items()) + f" (B/A's interval, tolerance {tolerance:.0%})"]
+    lines += [
+        "",
+        ", ".join(f"{n} {v}" for v, n in counts.items()) + f" (B/A's interval, tolerance {tolerance_text(tolerance)})",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -252,8 +274,6 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     try:
         a, b = (read_run(run_dir(r, Path(args.root))) for r in (args.a, args.b))
-        if not 0 <= args.tolerance < 1:
-            raise ValueError(f"--tolerance must be a share in [0, 1), got {args.tolerance}")
         table = compare(a, b, args.figure, args.tolerance)
     except (FileNotFoundError, ValueError) as e:
         parser.error(str(e))

@@ -23,11 +23,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import pandas as pd
 
 from . import compact
-from .compare import MACHINE_FIELDS, compare, machine_difference
+from .compare import MACHINE_FIELDS, TOLERANCE, compare, machine_difference, tolerance_text
 
 PREVIOUS = "previous"
-# The verdicts of a row that did not move between the runs (compare.py's `row_verdict`).
-UNMOVED = ("same", "unsure")
 RUN_FILE = "run.json"
 # The header rows of a section that say which measurement it was, and on what (provenance.py).
 RUN_FIELDS = ("command", "commit", "measured") + MACHINE_FIELDS
@@ -109,6 +107,13 @@ def comparison(previous: Dict[str, str], current: Dict[str, str]) -> pd.DataFram
     return rows
 
 
+def _ratio(v, low, high) -> str:
+    """B/A with the interval its verdict reads (compare.py `ratio_interval`)."""
+    if compact.is_missing(low) or compact.is_missing(high):
+        return compact.number(v, 3)
+    return f"{float(v):.3f} [{float(low):.3f}, {float(high):.3f}]"
+
+
 def _verdict_word(files: Dict[str, str]) -> str:
     v = files.get("verdict.json")
     if not v:
@@ -122,15 +127,15 @@ def previous_table(
 ) -> Tuple[List[str], List[str], List[str]]:
     """The section's table against the previous run: (its lines, what the caption says of
     the previous run, its notes: the count of each verdict). A higher `detail` level gives up
-    rows to keep the section short: 1 keeps only the rows that moved (a verdict of `faster`
-    or `slower`, or a row one run lacks), 2 no row (the counts alone)."""
+    rows to keep the section short: 1 keeps only the rows not `same` on either figure (those
+    that moved, those too wide to tell, and those one run lacks), 2 no row (the counts alone)."""
     all_rows = comparison(previous, current)
     rows = all_rows
     if detail >= 1:
-        moved = ~rows.verdict.isin(UNMOVED)
+        kept = rows.verdict != "same"
         if "verdict_geomean" in rows:
-            moved |= ~rows.verdict_geomean.fillna("same").isin(UNMOVED)
-        rows = rows[moved] if detail == 1 else rows.iloc[0:0]
+            kept |= rows.verdict_geomean.fillna("same") != "same"
+        rows = rows[kept] if detail == 1 else rows.iloc[0:0]
     has_geo = "ratio_geomean" in rows
     heads = ["target", "technique", "config", "previous", "this run", "ratio", "verdict"]
     heads += ["geomean ratio", "geomean verdict"] if has_geo else []
@@ -142,7 +147,7 @@ def previous_table(
             "" if compact.is_missing(r["config"]) else str(r["config"]),
             compact.with_interval(r["a"], r["a_low"], r["a_high"]),
             compact.with_interval(r["b"], r["b_low"], r["b_high"]),
-            compact.number(r["ratio"], 3),
+            _ratio(r["ratio"], r["ratio_low"], r["ratio_high"]),
             str(r["verdict"]),
         ]
         if has_geo:
@@ -150,11 +155,12 @@ def previous_table(
         body.append(row)
     lines, notes = compact.render(heads, body, keep=0) if body else ([], [])
     counts = all_rows.verdict.value_counts()
-    notes = [", ".join(f"{n} {v}" for v, n in counts.items()) + " (the median speedup)"] + notes
+    notes = [
+        ", ".join(f"{n} {v}" for v, n in counts.items())
+        + f" (the median speedup; verdicts on the ratio's interval, tolerance {tolerance_text(TOLERANCE)})"
+    ] + notes
     if len(body) < len(all_rows):
-        notes.append(
-            "rows that did not move (`same` or `unsure`) left out" if body else "each row: the compare command"
-        )
+        notes.append("rows `same` on both figures left out" if body else "each row: the compare command")
     run = json.loads(previous.get(RUN_FILE) or "{}")
     about = [f"{k} {run[k]}" for k in ("commit", "measured") if run.get(k)]
     about.append(_verdict_word(previous))

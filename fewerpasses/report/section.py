@@ -155,7 +155,7 @@ def _layout(run, header, frames, files, verdict, level: int, previous=None) -> L
         links = [
             f"the measurement this run replaced ({', '.join(about)}): {link(PREVIOUS + '/techniques.csv')}",
             f"each interval is over reruns; `python -m fewerpasses.report.compare {where} {TABLES_DIR}/{run}`"
-            " prints both intervals",
+            " prints every interval",
         ]
         lines += _block("Against the previous run", links, table, notes)
     cat, ctx = frames["by_category"], frames["by_context"]
