@@ -396,6 +396,39 @@ def test_compare_says_same_faster_slower_unsure_per_row(tmp_path, capsys):
     assert "the tolerance must be a share" in capsys.readouterr().err
 
 
+def test_each_replicates_own_figures_are_kept_in_replicate_order():
+    from fewerpasses.measure.replicates import replicate_figures
+
+    cell = merge([_cell(2, [1.4, 1.4, 1.6, 1.6]), _cell(1, [1.2, 1.2, 1.5, 1.5])])
+    got = replicate_figures(cell)
+    assert got["speedup"] == pytest.approx([1.35, 1.5])
+    assert got["geomean"] == pytest.approx([np.sqrt(1.2 * 1.5), np.sqrt(1.4 * 1.6)])
+
+
+def test_compare_reads_the_spread_between_processes_where_both_runs_kept_it(tmp_path):
+    from fewerpasses.report.compare import read_run, welch_interval
+
+    # Welch's t on the log scale: three replicates a side, equal spreads (B is A times 1.1), df = 4.
+    a = [1.00, 1.02, 0.98]
+    b = [1.1 * v for v in a]
+    la, lb = np.log(a), np.log(b)
+    se = math.sqrt(np.var(la, ddof=1) / 3 + np.var(lb, ddof=1) / 3)
+    low, high = welch_interval(1.0, 1.1, a, b)
+    assert math.log(1.1 / low) == pytest.approx(2.776 * se) and math.log(high / 1.1) == pytest.approx(2.776 * se)
+    assert all(math.isnan(v) for v in welch_interval(1.0, 1.1, [1.0], b))
+    assert all(math.isnan(v) for v in welch_interval(1.0, 1.1, [1.0, 1.0], [1.1, 1.1]))
+    # The same rows, as tables: wide intervals alone leave the row unsure; the replicates,
+    # which agree, say faster. A run without them falls back to the intervals.
+    row = lambda v, reps: {**_row("r", v, v * 0.85, v * 1.15), "replicate_speedups": ";".join(map(str, reps))}  # noqa: E731
+    _run_dir(tmp_path, "a", [row(1.0, a)])
+    _run_dir(tmp_path, "b", [row(1.1, b)])
+    _run_dir(tmp_path, "old", [_row("r", 1.0, 0.85, 1.15)])
+    got = compare(read_run(tmp_path / "a"), read_run(tmp_path / "b")).iloc[0]
+    assert got.ratio_from == "replicates" and got.verdict == "faster" and got.ratio_low > 1
+    old = compare(read_run(tmp_path / "old"), read_run(tmp_path / "b")).iloc[0]
+    assert old.ratio_from == "intervals" and old.verdict == "unsure"
+
+
 def test_the_ratio_interval_adds_both_runs_errors_in_quadrature():
     from fewerpasses.report.compare import ratio_interval
 

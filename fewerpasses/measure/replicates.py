@@ -82,6 +82,24 @@ def replicate_figure(cell: Dict) -> float:
     return category_geomean([p["ratio"] for p in pairs], [p["category"] for p in pairs])
 
 
+def replicate_figures(cell: Dict) -> Dict[str, List[float]]:
+    """Each replicate's own figures, in replicate order, from a (merged) cell's pairs: its
+    median ratio (`speedup`) and its geometric mean over categories (`geomean`). What a
+    comparison of two runs reads the spread between processes from (report/compare.py)."""
+    by: Dict = {}
+    for p in pairs_of(cell):
+        by.setdefault(p["replicate"], []).append(p)
+    out: Dict[str, List[float]] = {"speedup": [], "geomean": []}
+    for rep in sorted(by, key=str):
+        ratios = [p["ratio"] for p in by[rep] if math.isfinite(p["ratio"]) and p["ratio"] > 0]
+        if not ratios:
+            continue
+        out["speedup"].append(statistics.median(ratios))
+        cats = [p["category"] for p in by[rep] if math.isfinite(p["ratio"]) and p["ratio"] > 0]
+        out["geomean"].append(category_geomean(ratios, cats))
+    return out
+
+
 def replicates_needed(figures: Sequence[float], halfwidth: float, minimum: int, maximum: int) -> int:
     """How many replicates a cell needs for its interval over reruns (Student's t over the
     replicates' figures, on the log scale, as core/stats.py widens it) to be within

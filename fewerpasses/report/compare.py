@@ -6,12 +6,16 @@ techniques table, its verdict and its cost models), so a run measured in an earl
 or on another machine compares as well. `python -m fewerpasses.report.compare A B`, where A
 and B are such folders or run names under `results_tables/`.
 
-B over A gets an interval of its own: on the log scale, each run's half-widths to either side
-added in quadrature, as for the difference of two independent estimates. Where both
-half-widths are the same multiple of their standard errors (1.96 for a normal interval), the
-sum is that multiple of B/A's; a run's interval widened to Student's t over a few replicates
-(core/stats.py) takes a larger multiple than the difference needs, and two runs priced at one
-pinned cost model share part of their error, so B/A's interval errs wide, towards `unsure`.
+B over A gets an interval of its own. Where both runs kept each replicate's own figure
+(report/techniques.py), it is Welch's t interval over those figures on the log scale (the
+spread between processes, as pyperf's and asv's comparisons read their runs' values),
+centred on the figures' ratio. Otherwise (a run kept before it recorded them, or one of a
+single replicate) each run's half-widths to either side are added in quadrature, as for the
+difference of two independent estimates: where both are the same multiple of their standard
+errors (1.96 for a normal interval) the sum is that multiple of B/A's, but an interval
+widened to Student's t over a few replicates (core/stats.py) takes a larger multiple than the
+difference needs, so this interval errs wide, towards `unsure`. Two runs priced at one pinned
+cost model share part of their error, which either interval leaves out: it errs wide there too.
 The verdicts, for B against A, read that interval against a tolerance (5% unless told, the
 band [1/1.05, 1.05]): `same` where the whole interval lies within it (the runs agree, to
 within the tolerance); `faster` or `slower` where it lies wholly above or below 1.0 and not
@@ -29,11 +33,13 @@ reruns of each other, and the comparison says so above its rows, naming what dif
 import argparse
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pandas as pd
 
+from ..core.stats import t_975
 from .provenance import provenance
 
 KEY = ["target", "technique", "config"]
@@ -110,6 +116,11 @@ def _holds(low, high, value) -> Optional[bool]:
     return low <= value <= high
 
 
+# Each replicate's own figure, by the figure compared: its column in the techniques table.
+REPLICATE_FIGURES = {"speedup": "replicate_speedups", "geomean": "replicate_geomeans"}
+# How B/A's interval was had: from both runs' replicates, or from their intervals.
+FROM_REPLICATES, FROM_INTERVALS = "replicates", "intervals"
+
 # The share by which two runs' figures may differ and still read as the same.
 TOLERANCE = 0.05
 
@@ -143,6 +154,30 @@ def ratio_interval(a, a_low, a_high, b, b_low, b_high) -> Tuple[float, float]:
     return math.exp(centre - down), math.exp(centre + up)
 
 
+def replicate_values(text) -> List[float]:
+    """A table cell of ";"-joined replicate figures as numbers (none where it is empty)."""
+    if _missing(text) or not str(text).strip():
+        return []
+    return [float(v) for v in str(text).split(";") if v.strip()]
+
+
+def welch_interval(a: float, b: float, a_reps: List[float], b_reps: List[float]) -> Tuple[float, float]:
+    """A 95% interval for B / A from each run's replicate figures: Welch's t on the log
+    scale, centred on log(B / A). (nan, nan) where either run has fewer than two positive
+    figures or both have no spread at all."""
+    la = [math.log(v) for v in a_reps if v > 0 and math.isfinite(v)]
+    lb = [math.log(v) for v in b_reps if v > 0 and math.isfinite(v)]
+    if len(la) < 2 or len(lb) < 2 or _missing(a, b) or min(a, b) <= 0:
+        return float("nan"), float("nan")
+    va, vb = statistics.variance(la) / len(la), statistics.variance(lb) / len(lb)
+    if va + vb == 0:
+        return float("nan"), float("nan")
+    df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1))
+    half = t_975(max(1, int(df + 1e-9))) * math.sqrt(va + vb)
+    centre = math.log(b / a)
+    return math.exp(centre - half), math.exp(centre + half)
+
+
 def row_verdict(low: float, high: float, tolerance: float = TOLERANCE) -> str:
     """B against A, from the interval on B / A: `same` within the tolerance of 1.0, `faster` or
     `slower` apart from 1.0, else `unsure`."""
@@ -160,17 +195,18 @@ def row_verdict(low: float, high: float, tolerance: float = TOLERANCE) -> str:
 
 def compare(a: Dict, b: Dict, figure: str = "speedup", tolerance: float = TOLERANCE) -> pd.DataFrame:
     """One row per (target, technique, config) of either run: A's and B's figure with their
-    intervals, B over A with its interval (`ratio_interval`), whether each run's interval holds
-    the other's figure, and the verdict (`row_verdict`)."""
+    intervals, B over A with its interval (`welch_interval`, else `ratio_interval`; `ratio_from`
+    says which), whether each run's interval holds the other's figure, and the verdict."""
     check_tolerance(tolerance)
     low, high = FIGURES[figure]
-    cols = KEY + [figure, low, high]
+    reps = REPLICATE_FIGURES[figure]
+    cols = KEY + [figure, low, high, reps]
 
     def frame(run):
         t = run["table"]
         if figure not in t:
             raise ValueError(f"run {run['name']} has no '{figure}' column (kept before it was recorded)")
-        t = t.assign(**{c: t[c] if c in t else float("nan") for c in (low, high)})
+        t = t.assign(**{c: t[c] if c in t else float("nan") for c in (low, high, reps)})
         return t[cols].drop_duplicates(KEY)
 
     m = frame(a).merge(frame(b), on=KEY, how="outer", suffixes=("_a", "_b"), indicator=True, sort=False)
@@ -180,14 +216,19 @@ def compare(a: Dict, b: Dict, figure: str = "speedup", tolerance: float = TOLERA
         out = {k: r[k] for k in KEY}
         out.update(a=va, a_low=r[f"{low}_a"], a_high=r[f"{high}_a"], b=vb, b_low=r[f"{low}_b"], b_high=r[f"{high}_b"])
         if r["_merge"] != "both":
-            out.update(ratio=float("nan"), ratio_low=float("nan"), ratio_high=float("nan"))
+            out.update(ratio=float("nan"), ratio_low=float("nan"), ratio_high=float("nan"), ratio_from=None)
             out.update(a_holds_b=None, b_holds_a=None)
             out["verdict"] = "only in A" if r["_merge"] == "left_only" else "only in B"
         else:
             out["ratio"] = vb / va if va else float("nan")
-            out["ratio_low"], out["ratio_high"] = ratio_interval(
-                va, out["a_low"], out["a_high"], vb, out["b_low"], out["b_high"]
-            )
+            a_reps, b_reps = replicate_values(r[f"{reps}_a"]), replicate_values(r[f"{reps}_b"])
+            out["ratio_low"], out["ratio_high"] = welch_interval(va, vb, a_reps, b_reps)
+            out["ratio_from"] = FROM_REPLICATES
+            if _missing(out["ratio_low"], out["ratio_high"]):
+                out["ratio_low"], out["ratio_high"] = ratio_interval(
+                    va, out["a_low"], out["a_high"], vb, out["b_low"], out["b_high"]
+                )
+                out["ratio_from"] = FROM_INTERVALS
             out["a_holds_b"] = _holds(out["a_low"], out["a_high"], vb)
             out["b_holds_a"] = _holds(out["b_low"], out["b_high"], va)
             out["verdict"] = row_verdict(out["ratio_low"], out["ratio_high"], tolerance)
@@ -247,6 +288,15 @@ def markdown(a: Dict, b: Dict, table: pd.DataFrame, figure: str = "speedup", tol
         "",
         ", ".join(f"{n} {v}" for v, n in counts.items()) + f" (B/A's interval, tolerance {tolerance_text(tolerance)})",
     ]
+    how = table.ratio_from.dropna().value_counts()
+    if len(how):
+        lines.append(
+            "B/A's interval: "
+            + ", ".join(
+                f"{n} from both runs' {'replicates (Welch)' if k == FROM_REPLICATES else 'intervals'}"
+                for k, n in how.items()
+            )
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -37,6 +37,8 @@ COLUMNS = [
     "geomean_prompts_ci_low",
     "geomean_prompts_ci_high",
     "replicates",
+    "replicate_speedups",
+    "replicate_geomeans",
     "interval",
     "loop_factor",
     "drafts_factor",
@@ -65,6 +67,8 @@ CSV_ONLY = [
     "geomean_ci_high",
     "geomean_prompts_ci_low",
     "geomean_prompts_ci_high",
+    "replicate_speedups",
+    "replicate_geomeans",
     "interval",
     "token_agreement",
     "draft_share",
@@ -79,9 +83,10 @@ CSV_ONLY = [
 def _intervals(cell: Dict) -> Dict:
     """A row's other figures and intervals (measure/replicates.py): over prompts as well as
     over reruns, and the geometric mean over categories with both intervals."""
-    from ..measure.replicates import ONE_PROCESS, intervals
+    from ..measure.replicates import ONE_PROCESS, intervals, replicate_figures
 
     f = intervals(cell) if "geomean" not in cell or "speedup_prompts_ci" not in cell else cell
+    each = replicate_figures(cell)
     prompts = f.get("speedup_prompts_ci") or [float("nan")] * 2
     geo = f.get("geomean_ci") or f.get("geomean_rerun_ci") or [float("nan")] * 2
     geo_prompts = f.get("geomean_prompts_ci") or [float("nan")] * 2
@@ -94,6 +99,9 @@ def _intervals(cell: Dict) -> Dict:
         "geomean_prompts_ci_low": geo_prompts[0],
         "geomean_prompts_ci_high": geo_prompts[1],
         "replicates": len(cell.get("replicates") or [None]),
+        # Each replicate's own figure, ";"-joined (compare.py reads the spread between runs' processes).
+        "replicate_speedups": ";".join(f"{v:.4f}" for v in each["speedup"]),
+        "replicate_geomeans": ";".join(f"{v:.4f}" for v in each["geomean"]),
         "interval": cell.get("interval", ONE_PROCESS),
     }
 
