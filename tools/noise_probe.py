@@ -5,7 +5,9 @@ generations alternate every C tokens, each chunk synchronised and charged to its
 usage: python tools/noise_probe.py MODEL_DIR --pairs 12 --tokens 64 --chunks 0 16 4
 Chunk 0 is the pipeline's protocol (whole generations). Prints, per protocol, the SD of the
 pair's log ratio and the median ratio; and from the whole generations, the SD of the log of
-each 16-token window's time against the whole run's.
+each 16-token window's time against the whole run's. Run it in the timing jobs' BLAS setting
+(fewerpasses/core/blas.py `timing_env`), e.g. on an AMD CPU with the pip MKL:
+LD_PRELOAD=<.venv/lib/libmkl_rt.so.3> MKL_CBWR=AVX2 MKL_DOMAIN_NUM_THREADS=MKL_DOMAIN_BLAS=2.
 """
 
 import argparse
