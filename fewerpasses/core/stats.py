@@ -138,21 +138,28 @@ def replicate_t_interval(values: Sequence[float]) -> List[float]:
     return [float(np.exp(x.mean() - half)), float(np.exp(x.mean() + half))]
 
 
+def replicate_figures(rows, statistic: str) -> List[float]:
+    """Each replicate's own figure from its pairs (`replicated_ci`'s rows: `replicate`,
+    `category`, `ratio`), replicates in order: the median ratio ("median") or the geometric
+    mean over categories ("geomean")."""
+    by_rep: dict = {}
+    for p in rows:
+        by_rep.setdefault(p["replicate"], []).append(p)
+    return [
+        float(np.median([p["ratio"] for p in ps]))
+        if statistic == "median"
+        else category_geomean([p["ratio"] for p in ps], [p["category"] for p in ps])
+        for _, ps in sorted(by_rep.items(), key=lambda kv: str(kv[0]))
+    ]
+
+
 def _with_replicate_t(rows, statistic: str, interval: List[float], confidence: float) -> List[float]:
     """The bootstrap interval widened to Student's t interval over the replicates' own
     figures, where two or more replicates ran: a percentile bootstrap over a few replicates
     can reach no further than their own range, so alone it is too narrow to hold a rerun."""
-    by_rep: dict = {}
-    for p in rows:
-        by_rep.setdefault(p["replicate"], []).append(p)
-    if len(by_rep) < 2 or confidence != 0.95:
+    figures = replicate_figures(rows, statistic)
+    if len(figures) < 2 or confidence != 0.95:
         return interval
-    figures = [
-        float(np.median([p["ratio"] for p in ps]))
-        if statistic == "median"
-        else category_geomean([p["ratio"] for p in ps], [p["category"] for p in ps])
-        for ps in by_rep.values()
-    ]
     lo, hi = replicate_t_interval(figures)
     return [min(interval[0], lo), max(interval[1], hi)]
 

@@ -12,6 +12,7 @@ import math
 import statistics
 from typing import Dict, Iterable, List, Sequence
 
+from ..core import stats
 from ..core.stats import PROMPTS, RERUN, category_geomean, replicated_ci, t_975
 
 # What `interval` says of a cell's `speedup_ci`.
@@ -84,20 +85,13 @@ def replicate_figure(cell: Dict) -> float:
 
 def replicate_figures(cell: Dict) -> Dict[str, List[float]]:
     """Each replicate's own figures, in replicate order, from a (merged) cell's pairs: its
-    median ratio (`speedup`) and its geometric mean over categories (`geomean`). What a
-    comparison of two runs reads the spread between processes from (report/compare.py)."""
-    by: Dict = {}
-    for p in pairs_of(cell):
-        by.setdefault(p["replicate"], []).append(p)
-    out: Dict[str, List[float]] = {"speedup": [], "geomean": []}
-    for rep in sorted(by, key=str):
-        ratios = [p["ratio"] for p in by[rep] if math.isfinite(p["ratio"]) and p["ratio"] > 0]
-        if not ratios:
-            continue
-        out["speedup"].append(statistics.median(ratios))
-        cats = [p["category"] for p in by[rep] if math.isfinite(p["ratio"]) and p["ratio"] > 0]
-        out["geomean"].append(category_geomean(ratios, cats))
-    return out
+    median ratio (`speedup`) and its geometric mean over categories (`geomean`), as
+    core/stats.py's interval over reruns reads them. What a comparison of two runs reads the
+    spread between processes from (report/compare.py)."""
+    pairs = [p for p in pairs_of(cell) if math.isfinite(p["ratio"]) and p["ratio"] > 0]
+    return {
+        name: stats.replicate_figures(pairs, stat) for stat, name in (("median", "speedup"), ("geomean", "geomean"))
+    }
 
 
 def replicates_needed(figures: Sequence[float], halfwidth: float, minimum: int, maximum: int) -> int:
