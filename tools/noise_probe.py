@@ -27,19 +27,15 @@ import time
 
 import mlx.core as mx
 from mlx_lm import load
-from mlx_lm.generate import generate_step, generation_stream
+from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
+
+from fewerpasses.core.wired import synchronize_all as drain
 
 PROMPT = (
     "Summarise in a few sentences why the sky is blue, and then explain, step by step, how a "
     "rainbow forms after rain, naming each colour in order."
 )
-
-
-def drain():
-    """Wait for everything queued: generate_step's steps run on mlx-lm's own stream."""
-    mx.synchronize(generation_stream)
-    mx.synchronize()
 
 
 def gen(model, prompt, n):

@@ -6,6 +6,7 @@ length its gate chose there, at what estimated rates.
 usage: python tools/trace_rounds.py MODEL_DIR PROMPT_SET HYBRID_CELL HEAD_CELL PROMPT_ID
 e.g. results/hybrid/smollm2/smollm2-head/draft4/rep1.json and its head cell; MODEL_DIR is
 the converted target (resources/models/<model>/mlx), PROMPT_SET results/prompts/<set>.yaml.
+Run it in the run's directory: the cells name their heads by paths relative to it.
 Greedy output does not depend on the drafts, so both must emit the same tokens (checked).
 """
 
@@ -18,11 +19,8 @@ from mlx_lm import load
 
 from fewerpasses.core.prompts import encoded_prompts
 from fewerpasses.head import cell as head_cell
-from fewerpasses.head.model import load_head
-from fewerpasses.head.target import HeadedTarget
 from fewerpasses.hybrid import cell as hybrid_cell
 from fewerpasses.hybrid.draft import HybridDrafter
-from fewerpasses.lookup.cell import costs_of, gated
 from fewerpasses.measure.streams import timed_generation
 
 
@@ -40,36 +38,32 @@ def main():
     hy, hd = (json.loads(Path(f).read_text()) for f in (args.hybrid_cell, args.head_cell))
     max_tokens = hy["max_tokens"]
 
-    plans = []
+    # Each cell's candidate as it ran, its gate and confidence included (candidate_from_cell).
+    plans, won = [], {}
     gate = HybridDrafter.gated_length
 
     def traced(self, limit, overhead=0.0, known=True):
+        nonlocal won
+        won = self.chosen  # the cell's count of rounds each source won
         k = gate(self, limit, overhead, known)
         options = {n: f"k={o[0]} rate {o[1]:.3f}" for n, o in self.options(limit, overhead).items()}
         plans.append((self._plan, options))
         return k
 
     HybridDrafter.gated_length = traced
-    costs = costs_of(hy["verify_costs"])
-    runner = hybrid_cell.hybrid_model(model, hy["head_source"], hy["top_k"])
-    chosen = {}
-    make = hybrid_cell.hybrid_stream(
-        runner, max_tokens, gated(hybrid_cell._policy(hy["num_draft"]), costs), costs, hy["min_prob"], chosen
-    )
-    hybrid = timed_generation(lambda: make(arr), len(prompt))
-    HybridDrafter.gated_length = gate
-
-    headed = HeadedTarget(model, load_head(hd["head_source"], dtype=model.model.norm.weight.dtype))
-    head_costs = costs_of(hd["verify_costs"])
-    policy = gated(head_cell._policy(hd["num_draft"]), head_costs)
-    make = head_cell.head_stream(headed, max_tokens, policy, hd["min_prob"])
+    try:
+        make = hybrid_cell.candidate_from_cell(model, hy, max_tokens, {})
+        hybrid = timed_generation(lambda: make(arr), len(prompt))
+    finally:
+        HybridDrafter.gated_length = gate
+    make = head_cell.candidate_from_cell(model, hd, max_tokens, {})
     alone = timed_generation(lambda: make(arr), len(prompt))
 
     if hybrid.tokens != alone.tokens:
         raise SystemExit("the two streams emitted different tokens: not lossless")
     for name, s in (("hybrid", hybrid), ("head alone", alone)):
         print(f"{name}: {s.full_passes} passes, {s.accepted} of {s.drafted} drafted tokens kept")
-    print(f"hybrid's rounds won by source: {chosen}")
+    print(f"hybrid's rounds won by source: {won}")
     # The gate's calls line up with the rounds while every call drafts; a call that drafts
     # nothing is followed by a plain step, and a min_prob stop may draft less than it chose.
     print(
