@@ -391,3 +391,17 @@ def test_the_generate_cell_prices_each_drafter_at_its_own_cells_cost_model():
     config["generate"]["drafter_settings"]["head"] = {"head": "h2"}
     with pytest.raises(ConfigError, match="generate.drafter_settings.head.head: 'h2' is not in head.heads"):
         GENERATE.check(config, ".")
+
+
+def test_the_hybrid_carries_its_sources_estimates_across_requests(tiny):
+    """Requests priced at one cost model share the hybrid's estimates (hybrid/draft.py
+    `SourceEstimates`), as its gates are shared; another cost model starts them afresh."""
+    from fewerpasses.generate.costs import costs_for
+    from fewerpasses.generate.drafters import build
+
+    path, model, tok, head = tiny
+    drafter = build("hybrid", model, settings("hybrid", head))
+    costs, other = costs_for(drafter, FLAT), costs_for(drafter, FLAT)
+    first = drafter.index([1, 2, 3], drafter.policy, costs)
+    assert drafter.index([4, 5], drafter.policy, costs).estimates is first.estimates
+    assert drafter.index([4, 5], drafter.policy, other).estimates is not first.estimates

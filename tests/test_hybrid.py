@@ -69,6 +69,38 @@ def test_the_kept_prefix_is_read_off_the_appended_tokens():
     assert d._live == [] and d.scored == {"recycle": [1, 1]}
 
 
+def test_a_cells_prompts_share_every_sources_estimates(target):
+    """The estimates a prompt's rounds taught are where the next prompt's drafter starts, and
+    evidence keeps fading per emitted token across the two; without shared estimates, each
+    drafter starts from the priors."""
+    d, _ = drafter([9, 9, 9, 9])
+    d.rates["head"].refused = 50.0
+    fresh = d.options(4)["recycle"]
+    for _ in range(3):  # recycled chains kept whole, three rounds running
+        d.gated_length(4)
+        assert d.continuation(4) == [7, 8]
+        for t in (7, 8):
+            d.append(t)
+    shared = d.estimates
+    nxt = HybridDrafter(
+        [4, 5], DraftPolicy(4, 2, 2), SuffixSettings(), None, d.verify_cost, d.head_cost, {}, None, shared
+    )
+    nxt.sources = dict(d.sources)
+    assert nxt.rates is shared.rates and nxt.rates["recycle"].kept == pytest.approx(d.rates["recycle"].kept)
+    assert nxt.options(4)["recycle"][1] > fresh[1]
+    kept = shared.rates["recycle"].kept
+    nxt.append(1)  # one emitted token fades the cell's evidence once
+    assert shared.rates["recycle"].kept == pytest.approx(kept * 0.97)
+    alone = HybridDrafter([4, 5], DraftPolicy(4, 2, 2), SuffixSettings(), None, d.verify_cost, d.head_cost, {})
+    assert alone.rates["recycle"].kept == 0.0
+    # A cell's index gives every prompt's drafter the same estimates.
+    from fewerpasses.hybrid.cell import hybrid_index
+
+    costs = DecodeCosts({k: 0.01 * (1 + 0.2 * k) for k in range(1, 6)}, 0.01, {}, {k: 0.001 * k for k in range(1, 5)})
+    index = hybrid_index(runner_of(target), DraftPolicy(4, 2, 2), costs, 0.0, {})
+    assert index([1, 2, 3]).estimates is index([4, 5, 6]).estimates
+
+
 def test_the_head_runs_only_where_it_could_win():
     d, _ = drafter([9, 9, 9, 9])
     d.rates["head"].refused = 50.0  # a head that is never right: not worth drafting with

@@ -41,6 +41,7 @@ from ..head.target import HeadedTarget
 from ..head.technique import TECHNIQUE as HEAD
 from ..lookup.confidence import LiveCalibration, calibration_for, gate_for
 from ..hybrid.cell import hybrid_index
+from ..hybrid.draft import SourceEstimates
 from ..hybrid.technique import TECHNIQUE as HYBRID
 from ..lookup.draft import DraftPolicy, NgramIndex
 from ..recycle.draft import RecycleDrafter
@@ -230,8 +231,15 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
         gate=gate,
     )
 
+    # Every source's estimates carry across requests, as the gates do, for as long as the
+    # drafter prices at one cost model and draft length (hybrid/draft.py `SourceEstimates`).
+    held = {"costs": None, "key": None, "estimates": None}
+
     def index(tokens, p, costs, sampled=False):
-        return hybrid_index(runner, p, costs, min_prob, drafter.chosen, gate(costs, sampled))(tokens)
+        if held["costs"] is not costs or held["key"] != (p.num_draft, sampled):
+            held.update(costs=costs, key=(p.num_draft, sampled), estimates=SourceEstimates(p.num_draft))
+        estimates = held["estimates"]
+        return hybrid_index(runner, p, costs, min_prob, drafter.chosen, gate(costs, sampled), None, estimates)(tokens)
 
     drafter.index = index
     return drafter

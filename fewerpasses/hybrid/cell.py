@@ -20,7 +20,7 @@ from ..measure.cost_model import CostTarget
 from ..measure.costs import DecodeCosts
 from ..recycle.table import RecyclingTarget
 from ..suffix.draft import SuffixSettings
-from .draft import HybridDrafter
+from .draft import HybridDrafter, SourceEstimates
 
 
 def _policy(num_draft: int) -> DraftPolicy:
@@ -40,17 +40,20 @@ def hybrid_index(
     chosen,
     gate: Optional[ConfidenceGate] = None,
     scored: Optional[Dict] = None,
+    estimates: Optional[SourceEstimates] = None,
 ):
     """`tokens -> HybridDrafter` over the runner's head, pricing each source's rounds at `costs`
     in plain tokens (its verify passes, and the head's drafting); `chosen` counts the rounds
     each source won, `scored` each source's drafts scored and their tokens kept; `gate`, the
-    head's calibrated confidence (lookup/confidence.py), one for every prompt."""
+    head's calibrated confidence (lookup/confidence.py), and `estimates`, every source's
+    acceptance (one made here where not given), one for every prompt."""
     verify, head_cost = plain_token_curves(costs, policy.num_draft)
     headed = runner.target
+    estimates = estimates or SourceEstimates(policy.num_draft)
 
     def index(tokens):
         head = HeadDrafter(headed, tokens, min_prob, gate)
-        return HybridDrafter(tokens, policy, SuffixSettings(), head, verify, head_cost, chosen, scored)
+        return HybridDrafter(tokens, policy, SuffixSettings(), head, verify, head_cost, chosen, scored, estimates)
 
     return index
 

@@ -10,7 +10,9 @@ Each source's estimate is conditioned on what the source itself knows: the suffi
 on the length of the match it drafts from (lookup/draft.py `MatchAcceptance`), the recycled
 predictions' on the probability the model gave each token of the chain, calibrated live
 (lookup/confidence.py `LiveCalibration`), the head's on recent drafts (`AcceptanceEstimate`),
-or, for a head with a calibration, on its own probabilities (`ConfidenceGate`).
+or, for a head with a calibration, on its own probabilities (`ConfidenceGate`). The estimates
+(`SourceEstimates`) belong to the cell, not to one prompt's drafter: each prompt starts from
+what the prompts before it taught, as the head's gate does, instead of from the priors.
 
 A source's draft of length L is expected to emit 1 + c1 + c1 c2 + ... tokens for its verify
 pass of L + 1 tokens plus, for the head alone, its measured drafting time (both in tokens of
@@ -22,6 +24,7 @@ head is run only where it could win: where its estimate beats the best free sour
 `chosen` counts the rounds each source won.
 """
 
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..head.draft import HeadDrafter
@@ -32,6 +35,28 @@ from ..suffix.draft import SuffixIndex, SuffixSettings
 
 # The sources that draft in host time too small to price: their drafts are looked up first.
 FREE = ("suffix", "recycle")
+
+
+@dataclass
+class SourceEstimates:
+    """Every source's acceptance estimate, shared by the drafters of one cell's prompts (or one
+    generator's requests): `rates` per source name, and the recycled chain's live calibration of
+    the model's probabilities. Evidence fades per emitted token, across prompts as within one."""
+
+    num_draft: int
+    rates: Dict[str, object] = field(default_factory=dict)
+    table_calibration: Optional[LiveCalibration] = None
+
+    def __post_init__(self):
+        if not self.rates:
+            self.rates = {"suffix": MatchAcceptance(), "recycle": AcceptanceEstimate(), "head": AcceptanceEstimate()}
+        if self.table_calibration is None:
+            self.table_calibration = LiveCalibration(positions=max(1, self.num_draft))
+
+    def emitted(self) -> None:
+        for r in self.rates.values():
+            r.emitted()
+        self.table_calibration.emitted()
 
 
 class _Scored:
@@ -54,17 +79,18 @@ class HybridDrafter:
         head_cost: Sequence[float],
         chosen: Dict[str, int],
         scored: Optional[Dict[str, List[int]]] = None,
+        estimates: Optional[SourceEstimates] = None,
     ):
         self.sources = {"suffix": SuffixIndex(tokens, suffix), "recycle": RecycleDrafter(list(tokens))}
         if head is not None:
             self.sources["head"] = head
-        self.rates = {"suffix": MatchAcceptance(), "recycle": AcceptanceEstimate()}
+        # The cell's estimates where given (carried across its prompts), else this prompt's own.
+        self.estimates = estimates or SourceEstimates(policy.num_draft)
+        self.rates = self.estimates.rates
         # The recycled chain's chances by the model's probability of each token, where the
         # source offers them (recycle/draft.py `continuation_with_probs`).
-        self.table_calibration = LiveCalibration(positions=max(1, policy.num_draft))
+        self.table_calibration = self.estimates.table_calibration
         self._probs: Dict[str, List[float]] = {}
-        if head is not None:
-            self.rates["head"] = AcceptanceEstimate()
         # verify_cost[k]: a pass verifying k drafts; head_cost[k]: the head drafting k tokens.
         self.verify_cost, self.head_cost = list(verify_cost), list(head_cost)
         self.chosen = chosen
@@ -90,9 +116,7 @@ class HybridDrafter:
         self._offered = False
         for s in self.sources.values():
             s.append(token)
-        for r in self.rates.values():
-            r.emitted()
-        self.table_calibration.emitted()
+        self.estimates.emitted()
 
     def _settle(self, token: int) -> None:
         """Every live draft against the token emitted: kept so far, or settled at its first
