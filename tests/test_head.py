@@ -210,11 +210,16 @@ def test_a_head_for_another_target_is_refused(tmp_path, target):
 
 
 def test_training_prompts_share_no_text_with_any_measured_set():
-    from training.head_data import check_disjoint, head_prompts, measured_texts
+    """The shipped head's own first corpus (its prompts and extra prompts, as its training
+    record names them) and its held-out prompts are disjoint from every measured text."""
+    from training.head_data import ROOT, check_disjoint, head_prompts, heldout_prompts, measured_texts
 
+    s = json.loads((ROOT / "models/smollm2-head/training.json").read_text())["settings"]
     measured = measured_texts()
     assert len(measured) > 60  # every prompt set and question set under config/
-    prompts = [p["text"] for p in head_prompts(1200)]
+    prompts = [p["text"] for p in head_prompts(s["prompts"], s["seed"], s.get("extra_prompts", 0))]
+    if s.get("heldout_file"):
+        prompts += [p["text"] for p in heldout_prompts(s["heldout"], s["seed"], ROOT / s["heldout_file"])]
     check_disjoint(prompts, measured)
     with pytest.raises(ValueError, match="overlaps the measured text"):
         check_disjoint(prompts[:3] + [measured[7].upper()], measured)
