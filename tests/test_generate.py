@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections import Counter
 from itertools import product
+from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -405,3 +406,21 @@ def test_the_hybrid_carries_its_sources_estimates_across_requests(tiny):
     first = drafter.index([1, 2, 3], drafter.policy, costs)
     assert drafter.index([4, 5], drafter.policy, costs).estimates is first.estimates
     assert drafter.index([4, 5], drafter.policy, other).estimates is not first.estimates
+
+
+def test_the_registry_s_defaults_are_the_drafters_own():
+    """The registry (generate/technique.py, which imports no MLX) names each drafter's
+    default draft length and table width as generate/drafters.py's DEFAULTS does: a cell's
+    cost model is then the one its drafter prices at."""
+    from fewerpasses.generate.drafters import DEFAULTS
+    from fewerpasses.generate.technique import NUM_DRAFT, TOP_K
+
+    assert NUM_DRAFT == {d: s["num_draft"] for d, s in DEFAULTS.items() if d in NUM_DRAFT}
+    assert TOP_K == {d: s["top_k"] for d, s in DEFAULTS.items() if "top_k" in s}
+    # and as the config's own sections default them, so that a generate cell and its drafter's
+    # cell share one cost model.
+    import yaml
+
+    path = Path(__file__).resolve().parents[1] / "config/schemas/config.schema.yaml"
+    schema = yaml.safe_load(path.read_text())["properties"]
+    assert TOP_K == {d: schema[d]["properties"]["top_k"]["default"] for d in TOP_K}

@@ -64,7 +64,8 @@ DEFAULTS: Dict[str, Dict[str, object]] = {
     },
     "recycle": {"num_draft": 4, "top_k": 8, "rows": 0},
     "head": {"num_draft": 4, "min_prob": 0.3, "confidence": "recent", "head": None},
-    "hybrid": {"num_draft": 4, "top_k": 8, "min_prob": 0.3, "confidence": "recent", "head": None},
+    # The hybrid drafts the table's chains, which read a row's best guess only: one column.
+    "hybrid": {"num_draft": 4, "top_k": 1, "min_prob": 0.3, "confidence": "recent", "head": None},
 }
 DRAFTERS = tuple(DEFAULTS)
 

@@ -27,7 +27,7 @@ from ..recycle.technique import TECHNIQUE as RECYCLE
 # sizes as fewerpasses/generate/drafters.py:DEFAULTS (the registry imports no MLX).
 CELL_DRAFTERS = ("lookup", "suffix", "recycle", "head", "hybrid")
 NUM_DRAFT = {"lookup": 8, "suffix": 8, "recycle": 4, "head": 4, "hybrid": 4}
-TOP_K = 8
+TOP_K = {"recycle": 8, "hybrid": 1}
 # The drafters that draft with a head: their setting `head` names one of head.heads.
 HEADED = ("head", "hybrid")
 
@@ -64,7 +64,7 @@ def params(wildcards, config: Dict) -> Dict:
         **generation_settings(config),
     }
     if d in ("recycle", "hybrid"):
-        out["top_k"] = int(settings.get("top_k", TOP_K))
+        out["top_k"] = int(settings.get("top_k", TOP_K[d]))
     if d == "recycle" and settings.get("rows"):
         out["rows"] = int(settings["rows"])
     if d in HEADED:
