@@ -311,6 +311,26 @@ def test_a_corpus_answered_in_shards_is_the_one_answered_in_one_process(tmp_path
     assert json.loads((tmp_path / "two.json").read_text())["prompts"] == prompts
 
 
+def test_a_loaded_corpus_holds_each_array_once_not_once_per_prompt(tmp_path):
+    """Every prompt's top-k are slices of one array read once: an NpzFile reads an array anew
+    on each lookup, and a slice per prompt of a fresh copy kept one whole copy per prompt
+    alive: memory grew with the square of the corpus."""
+    from training.distill import load_corpus, write_corpus
+
+    rng = np.random.default_rng(0)
+    answers = [rng.integers(0, 50, n) for n in (3, 5, 4)]
+    info = {"answers_ended_by_eos": 0, "top_k": 2, "batch_size": 1, "wall_s": 0.0, "cpu_s": 0.0}
+    tk = [rng.integers(0, 50, (len(a), 2)) for a in answers]
+    lp = [rng.normal(size=(len(a), 2)) for a in answers]
+    prompts = [{"id": i, "text": "x"} for i in range(3)]
+    write_corpus(tmp_path / "c.npz", prompts, [8] * 3, [[1, 2]] * 3, answers, tk, lp, info)
+    items = load_corpus(tmp_path / "c.npz")
+    for col in (2, 3):
+        bases = {id(item[col].base) for item in items}
+        assert len(bases) == 1, col
+    assert np.array_equal(items[1][1], answers[1]) and np.allclose(items[2][3], lp[2], atol=1e-2)
+
+
 def test_every_unrolled_step_is_scored_against_the_token_two_after_its_position(target):
     """Step j at position s drafts the token at s + 2 (its chain started at s - j): labels are
     not shifted by the step. Labels made from each step's own argmax are then all right."""

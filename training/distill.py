@@ -316,17 +316,14 @@ def _generate_sharded(teacher, prompts, out: Path, max_tokens, batch_size, top_k
 
 def load_corpus(path: Path) -> List[tuple]:
     """The .npz as lists of (prompt ids, answer ids, top-k ids, top-k log-probs) per prompt."""
-    z = np.load(path)
+    # Each array read once: an NpzFile decompresses an array anew on every lookup, and a slice
+    # of each such copy would keep the whole copy alive, one per prompt.
+    with np.load(path) as z:
+        z = {k: z[k] for k in z.files}
     po, ao = z["prompt_offsets"], z["answer_offsets"]
+    logprobs = z["topk_logprobs"].astype(np.float32)
     items = []
     for i in range(len(po) - 1):
         a, b = ao[i], ao[i + 1]
-        items.append(
-            (
-                z["prompt_ids"][po[i] : po[i + 1]],
-                z["answer_ids"][a:b],
-                z["topk_ids"][a:b],
-                z["topk_logprobs"][a:b].astype(np.float32),
-            )
-        )
+        items.append((z["prompt_ids"][po[i] : po[i + 1]], z["answer_ids"][a:b], z["topk_ids"][a:b], logprobs[a:b]))
     return items
