@@ -278,7 +278,7 @@ def test_every_drafting_cell_priced_its_rounds_at_its_kinds_cost_model(run):
 
     d, cfg = run
     kinds = {p.stem for p in (d / "results/costs/tiny").glob("*.json")}
-    assert kinds == {"plain", "head-tiny-head", "recycle-top8", "hybrid-tiny-head-top8"}
+    assert kinds == {"plain", "head-tiny-head", "recycle-top8", "hybrid-tiny-head-top1"}
     plain = json.loads((d / "results/costs/tiny/plain.json").read_text())
     assert plain["rounds"] == 30 and plain["max_draft"] == 4 and set(plain["verify"]) == {"1", "2", "3", "4", "5"}
     assert all(len(v) == 30 for v in plain["samples"]["verify"].values()) and plain["environment"]["blas"] is not None
