@@ -216,7 +216,10 @@ def test_no_drafter_from_the_text_keeps_more_than_its_bound_allows(run):
     # figures are the cells' own: the map's ends, not a comparison of timings).
     assert bounds["loop_floor"] and bounds["verify_costs"] == ceiling["verify_costs"]
     for p in bounds["per_prompt"]:
-        assert p["ceiling"] == pytest.approx(measured[p["prompt_id"]])
+        if p["ceiling_modelled"] > 1.0:  # mapped: the ceiling column is the measured ceiling
+            assert p["ceiling"] == pytest.approx(measured[p["prompt_id"]])
+        else:  # a curve on which even perfect drafts do not pay (a loaded machine): not mapped
+            assert p["scale"] != p["scale"] and p["ceiling"] == p["ceiling_modelled"]
         assert p["floor"] == pytest.approx(floor[p["prompt_id"]])
         m, passes = p["modelled"], p["passes"]
         assert 1.0 - 1e-9 <= m["match"] <= m["run_on"] <= m["ceiling"] + 1e-9
