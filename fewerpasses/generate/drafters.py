@@ -232,15 +232,13 @@ def build(name: str, model: nn.Module, settings: Optional[Mapping] = None) -> Dr
         gate=gate,
     )
 
-    # Every source's estimates carry across requests, as the gates do, for as long as the
-    # drafter prices at one cost model and draft length (hybrid/draft.py `SourceEstimates`).
-    held = {"costs": None, "key": None, "estimates": None}
+    # Every source's estimates (hybrid/draft.py `SourceEstimates`) carry across requests, as
+    # the gates do.
+    estimates = _per_mode(lambda costs, sampled: SourceEstimates(n))
 
     def index(tokens, p, costs, sampled=False):
-        if held["costs"] is not costs or held["key"] != (p.num_draft, sampled):
-            held.update(costs=costs, key=(p.num_draft, sampled), estimates=SourceEstimates(p.num_draft))
-        estimates = held["estimates"]
-        return hybrid_index(runner, p, costs, min_prob, drafter.chosen, gate(costs, sampled), None, estimates)(tokens)
+        held = estimates(costs, sampled)
+        return hybrid_index(runner, p, costs, min_prob, drafter.chosen, gate(costs, sampled), None, held)(tokens)
 
     drafter.index = index
     return drafter
@@ -253,20 +251,35 @@ def _gates(calibration, num_draft: int, live: bool = False):
     acceptance from its calibration on (`sampled`). One per mode for as long as that cost
     model is the drafter's (so it carries across requests). None without a calibration, or
     without costs (an ungated drafter)."""
-    held = {"costs": None, "gates": {}}  # the cost model priced at, and its gate per mode
+
+    def make(costs, sampled: bool):
+        if live:
+            cal = LiveCalibration(positions=num_draft)
+        else:
+            cal = LiveCalibration(base=calibration) if sampled else calibration
+        return gate_for(cal, costs, num_draft, live_prior=sampled and not live)
+
+    held = _per_mode(make)
 
     def gate(costs, sampled: bool = False):
         if (calibration is None and not live) or costs is None:
             return None
-        if held["costs"] is not costs:
-            held.update(costs=costs, gates={})
-        gates = held["gates"]
-        if sampled not in gates:
-            if live:
-                cal = LiveCalibration(positions=num_draft)
-            else:
-                cal = LiveCalibration(base=calibration) if sampled else calibration
-            gates[sampled] = gate_for(cal, costs, num_draft, live_prior=sampled and not live)
-        return gates[sampled]
+        return held(costs, sampled)
 
     return gate
+
+
+def _per_mode(make):
+    """`(costs, sampled) -> make(costs, sampled)`, made once per mode (greedy or sampled) for
+    as long as `costs` is the cost model the drafter prices at, so that what it learns carries
+    across requests; a new cost model starts afresh."""
+    held = {"costs": None, "made": {}}  # the cost model priced at, and what was made per mode
+
+    def get(costs, sampled: bool = False):
+        if held["costs"] is not costs:
+            held.update(costs=costs, made={})
+        if sampled not in held["made"]:
+            held["made"][sampled] = make(costs, sampled)
+        return held["made"][sampled]
+
+    return get
