@@ -44,14 +44,17 @@ class SourceEstimates:
     the model's probabilities. Evidence fades per emitted token, across prompts as within one."""
 
     num_draft: int
-    rates: Dict[str, object] = field(default_factory=dict)
-    table_calibration: Optional[LiveCalibration] = None
+    rates: Dict[str, object] = field(
+        default_factory=lambda: {
+            "suffix": MatchAcceptance(),
+            "recycle": AcceptanceEstimate(),
+            "head": AcceptanceEstimate(),
+        }
+    )
+    table_calibration: LiveCalibration = field(init=False)
 
     def __post_init__(self):
-        if not self.rates:
-            self.rates = {"suffix": MatchAcceptance(), "recycle": AcceptanceEstimate(), "head": AcceptanceEstimate()}
-        if self.table_calibration is None:
-            self.table_calibration = LiveCalibration(positions=max(1, self.num_draft))
+        self.table_calibration = LiveCalibration(positions=max(1, self.num_draft))
 
     def emitted(self) -> None:
         for r in self.rates.values():
