@@ -492,6 +492,14 @@ def test_training_builds_both_corpora_and_records_them(tmp_path):
     assert "soft labels" in text and "a miss" in text
     assert "Then 10 context prompts" in text and file_hash(c2)[:16] in text
     load_head(out)  # written in the layout the pipeline loads
+    assert record["features_cached"] is False and record["feature_seconds"] > 0
+    # A rerun reads the features back from their cache and records the time they took to make,
+    # not the time the read took; the card says they were read back.
+    again = main(
+        args + small + ["--heldout", "4", "--warmup", "2", "--soft-labels", "0.5", "--out", str(tmp_path / "h2")]
+    )
+    assert again["features_cached"] is True and again["feature_seconds"] == record["feature_seconds"]
+    assert "read from their cache" in card(tmp_path / "h2")
 
 
 def test_training_holds_out_a_corpus_of_its_own_templates(tmp_path):

@@ -114,6 +114,14 @@ def heldout_data(s: Dict) -> str:
     return "drawn from the corpora above, sharing their templates"
 
 
+def _features(t: Dict) -> str:
+    """How long the target's features took, and whether this run read them from their cache."""
+    if t["feature_seconds"] is None:
+        return "Features read from a cache that did not record their time"
+    cached = " (read from their cache; the time of the run that made them)" if t.get("features_cached") else ""
+    return f"Features {t['feature_seconds'] / 60:.1f} min{cached}"
+
+
 def card(head_dir: Path, cell: Optional[Dict] = None, cell_path: str = "") -> str:
     t = json.loads((head_dir / "training.json").read_text())
     cfg = json.loads((head_dir / "config.json").read_text())
@@ -121,7 +129,7 @@ def card(head_dir: Path, cell: Optional[Dict] = None, cell_path: str = "") -> st
     c, ctx = parts[0], (parts[1] if len(parts) > 1 and t["settings"].get("context_prompts", 1) else None)
     last = t["epochs"][-1]
     size = (head_dir / "model.safetensors").stat().st_size
-    minutes = (sum(p["wall_s"] for p in parts) + t["feature_seconds"] + t["train_seconds"]) / 60
+    minutes = (sum(p["wall_s"] for p in parts) + (t["feature_seconds"] or 0) + t["train_seconds"]) / 60
     s = t["settings"]
     out = f"""# {head_dir.name}
 
@@ -149,7 +157,7 @@ the pipeline's `head` and `hybrid` cells, and the target verifies every token.
   each position{_soft(s)}, weighted 0.8^step, on answer positions; AdamW (0.9, 0.95), peak lr {s["lr"]},
   {s["warmup"]} warm-up steps, cosine to a tenth, clip {s["clip"]}, batches of about {s["batch_tokens"]} positions,
   {s["epochs"]} epochs; the output starts as the target's (lm_head from its embedding rows, its final
-  norm, `fc` reading the highest tap). Features {t["feature_seconds"] / 60:.1f} min, training {t["train_seconds"] / 60:.1f} min
+  norm, `fc` reading the highest tap). {_features(t)}, training {t["train_seconds"] / 60:.1f} min
   on {t["threads"]} cores (MLX, CPU).
 - **Held out** (teacher-forced top-1 against the target, by unrolled step; {t.get("heldout_scoring", SHIPPED_SCORING)}):
   {", ".join(_pct(x) for x in t["heldout_init"]["top1_by_step"])} at initialisation,
@@ -160,7 +168,7 @@ Rebuild, from the repository root: the target's MLX directory first; the corpus 
 where absent and its hash recorded. The seed fixes the prompts, the shuffles and the
 initialisation, so the same corpus should give these weights (sha256
 `{t["weights_sha256"][:16]}...`), though MLX's CPU kernels are not promised to sum in one order
-across versions. {minutes:.0f} minutes here in all, with MKL preloaded as the timing jobs preload it:
+across versions. {minutes:.0f} minutes here in all{"" if t["feature_seconds"] is not None else " but the features"}, with MKL preloaded as the timing jobs preload it:
 
 ```bash
 snakemake --cores 1 resources/models/smollm2/mlx

@@ -446,7 +446,7 @@ def write_head(
     answer_tokens,
     covered,
     taps,
-    feature_s,
+    features,
     train_s,
     first,
     curve,
@@ -470,7 +470,7 @@ def write_head(
         "draft_vocab_coverage_of_train_labels": round(covered, 4),
         "target_layers_read": list(taps),
         "parameters": int(params),
-        "feature_seconds": round(feature_s, 1),
+        **features,
         "train_seconds": round(train_s, 1),
         "threads": os.cpu_count(),
         "heldout_scoring": HELDOUT_SCORING,
@@ -583,13 +583,24 @@ def main(argv=None) -> Dict:
     digest = hashlib.sha256("".join(c["sha256"] for c in corpus_info).encode()).hexdigest()[:12]
     batched = f"-b{a.feature_batch_tokens}" if a.feature_batch_tokens else ""
     cached = corpus.with_name(corpus.stem + f"-features-{'-'.join(map(str, taps))}-{len(seqs)}-{digest}{batched}.npz")
-    if cached.is_file():
+    # The time the features took is kept beside them: a run that reads them back records that
+    # time, not the seconds the read took, so its card's total is the rebuild's.
+    timing = cached.with_suffix(".json")
+    features_cached = cached.is_file()
+    if features_cached:
         z = np.load(cached)
         feats = [z[str(i)] for i in range(len(seqs))]
+        feature_s = json.loads(timing.read_text())["feature_seconds"] if timing.is_file() else None
     else:
         feats = target_features(model, seqs, taps, log=log, batch_tokens=a.feature_batch_tokens)
+        feature_s = time.perf_counter() - t0
         np.savez(cached, **{str(i): f for i, f in enumerate(feats)})
-    feature_s = time.perf_counter() - t0
+        timing.write_text(json.dumps({"feature_seconds": round(feature_s, 1)}) + "\n")
+    # feature_seconds is None where a cache did not record the time its features took.
+    features = {
+        "feature_seconds": None if feature_s is None else round(feature_s, 1),
+        "features_cached": features_cached,
+    }
     if heldout_corpus is not None:
         held, train = list(range(n_train, len(seqs))), list(range(n_train))
     else:
@@ -673,7 +684,7 @@ def main(argv=None) -> Dict:
             answer_tokens,
             covered,
             taps,
-            feature_s,
+            features,
             time.perf_counter() - t1,
             first,
             curve,
