@@ -593,14 +593,11 @@ def main(argv=None) -> Dict:
         feature_s = json.loads(timing.read_text())["feature_seconds"] if timing.is_file() else None
     else:
         feats = target_features(model, seqs, taps, log=log, batch_tokens=a.feature_batch_tokens)
-        feature_s = time.perf_counter() - t0
+        feature_s = round(time.perf_counter() - t0, 1)
         np.savez(cached, **{str(i): f for i, f in enumerate(feats)})
-        timing.write_text(json.dumps({"feature_seconds": round(feature_s, 1)}) + "\n")
+        timing.write_text(json.dumps({"feature_seconds": feature_s}) + "\n")
     # feature_seconds is None where a cache did not record the time its features took.
-    features = {
-        "feature_seconds": None if feature_s is None else round(feature_s, 1),
-        "features_cached": features_cached,
-    }
+    features = {"feature_seconds": feature_s, "features_cached": features_cached}
     if heldout_corpus is not None:
         held, train = list(range(n_train, len(seqs))), list(range(n_train))
     else:
