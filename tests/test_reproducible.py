@@ -16,7 +16,7 @@ import yaml
 from fewerpasses.core.environment import linux_span, linux_state
 from fewerpasses.core.stats import PROMPTS, RERUN, category_geomean, replicated_ci
 from fewerpasses.core.technique import ConfigError
-from fewerpasses.measure.cost_model import decode_costs_of, fit, isotonic
+from fewerpasses.measure.cost_model import FORMAT, decode_costs_of, fit, isotonic, load_cost_file
 from fewerpasses.measure.replicates import ONE_PROCESS, RERUN_INTERVAL, merge, merge_replicates
 from fewerpasses.pipeline.costs import check_pinned, cost_jobs, pinned_elsewhere
 from fewerpasses.report.compare import compare, main as compare_main, row_verdict
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_isotonic_pools_what_falls():
     assert isotonic([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
-    # A 2-token pass measured cheaper than a 1-token one: both priced at their mean.
+    # A 3-token pass measured cheaper than a 2-token one: both priced at their mean.
     assert isotonic([1.3, 1.1, 1.6, 1.5, 2.0]) == pytest.approx([1.2, 1.2, 1.55, 1.55, 2.0])
     out = isotonic(list(np.random.default_rng(0).normal(size=50)))
     assert all(a <= b + 1e-12 for a, b in zip(out, out[1:]))
@@ -43,11 +43,22 @@ def _samples(rounds=30, seed=0):
     return {"plain_token": plain.tolist(), "verify": verify}
 
 
+def _tilted(rounds=30, seed=0):
+    """A machine whose 1-token pass takes a slower kernel: 1.2 plain tokens, then 0.9 (a
+    2-token pass), 0.85 (noise below it), 1.3."""
+    rng = np.random.default_rng(seed)
+    plain = 0.05 + rng.normal(0, 0.001, rounds)
+    verify = {
+        str(k): (m * 0.05 + rng.normal(0, 0.001, rounds)).tolist() for k, m in zip(range(1, 5), (1.2, 0.9, 0.85, 1.3))
+    }
+    return {"plain_token": plain.tolist(), "verify": verify}
+
+
 def test_the_fit_is_monotone_with_intervals_in_seconds_and_plain_tokens():
     f = fit(_samples())
-    curve = [f["verify"][str(k)]["seconds"] for k in range(1, 5)]
+    curve = [f["verify"][str(k)]["seconds"] for k in range(2, 5)]
     assert all(a <= b for a, b in zip(curve, curve[1:]))
-    assert f["verify"]["1"]["seconds"] == f["verify"]["2"]["seconds"]  # pooled
+    assert f["verify"]["1"]["seconds"] == float(np.median(_samples()["verify"]["1"]))  # its own median
     for k in range(1, 5):
         e = f["verify"][str(k)]
         assert e["seconds_ci"][0] <= e["seconds"] <= e["seconds_ci"][1]
@@ -58,8 +69,32 @@ def test_the_fit_is_monotone_with_intervals_in_seconds_and_plain_tokens():
     assert fit(_samples()) == f
 
 
+def test_the_1_token_pass_is_fitted_on_its_own_and_prices_the_restart():
+    f = fit(_tilted())
+    tokens = [f["verify"][str(k)]["plain_tokens"] for k in range(1, 5)]
+    # Not pooled with the 2-token pass: each keeps its own median.
+    assert tokens[0] == pytest.approx(1.2, abs=0.02) and tokens[1] == pytest.approx(0.875, abs=0.02)
+    assert tokens[1] == tokens[2] and tokens[3] == pytest.approx(1.3, abs=0.02)  # monotone from 2 on
+    costs = decode_costs_of({"format": FORMAT, "max_draft": 3, **f}, 3)
+    assert costs.restart / costs.plain_token == pytest.approx(0.2, abs=0.03)
+    # The isotonic fit over all four would have priced the restart at about 0.03.
+    pooled = isotonic([1.2, 0.9, 0.85, 1.3])
+    assert pooled[0] - 1.0 < 0.05
+
+
+def test_a_format_1_cost_file_is_refitted_from_its_samples_where_it_is_read(tmp_path):
+    samples = _tilted()
+    old = {"format": 1, "max_draft": 3, "seed": 0, "samples": samples, "verify": {"1": {"seconds": 0.05}}}
+    path = tmp_path / "plain.json"
+    path.write_text(json.dumps(old))
+    file = load_cost_file(path)
+    assert file["format"] == FORMAT and file["refitted_from"] == 1
+    assert file["verify"] == fit(samples)["verify"]
+    assert decode_costs_of(file, 3).verify[1] == pytest.approx(0.06, abs=0.001)
+
+
 def test_a_cell_prices_its_rounds_at_the_fitted_costs_up_to_its_draft_length():
-    file = {"format": 1, "max_draft": 3, **fit(_samples())}
+    file = {"format": FORMAT, "max_draft": 3, **fit(_samples())}
     costs = decode_costs_of(file, 2)
     assert set(costs.verify) == {1, 2, 3} and costs.plain_token == file["plain_token_seconds"]
     assert costs.verify[2] == file["verify"]["2"]["seconds"]

@@ -16,9 +16,11 @@ import json
 import sys
 from typing import Dict, List, Optional, Sequence
 
+from ..measure.cost_model import FORMAT
+
 # A cost model on which verifying k drafts costs one plain token: every draft pays.
 FLAT = {
-    "format": 1,
+    "format": FORMAT,
     "max_draft": 8,
     "plain_token_seconds": 1.0,
     "verify": {str(k): {"seconds": 1.0} for k in range(1, 10)},

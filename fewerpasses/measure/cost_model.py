@@ -10,8 +10,13 @@ the recorded seed, after `warmup` rounds that are not kept; a pass of k tokens i
 synchronous forward at the cells' context, trimmed after (measure/costs.py), and the unit is
 plain decoding's pipelined token (`generate_step`), timed in the same rounds. Each family of
 passes (verify, tree, draft) is fitted non-decreasing in k (isotonic regression of the per-k
-medians: a 2-token pass never prices below a 1-token one), with a percentile-bootstrap interval
-over rounds, in seconds and in plain tokens. A cell ends with a short probe of its own
+medians: a 3-token pass never prices below a 2-token one), with a percentile-bootstrap interval
+over rounds, in seconds and in plain tokens. The 1-token verify pass is fitted on its own: it
+is no round's verify pass but the synchronous step that leaving the pipeline costs
+(`DecodeCosts.restart`), and a product of one row may take another kernel than a product of a
+few (a BLAS's matrix-vector path), so a 2-token pass can truly cost less than it. Pooled with
+the 2-token pass, it would price both at their mean: a restart too cheap, and the shortest
+round too dear. A cell ends with a short probe of its own
 (`end_probe`), which records how far the machine moved from the file.
 """
 
@@ -25,7 +30,11 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-FORMAT = 1
+# 2: the 1-token verify pass fitted on its own (format 1 pooled it into the isotonic fit; such
+# a file is refitted from its samples where it is read, `load_cost_file`).
+FORMAT = 2
+# Verify passes of fewer tokens than this are each fitted on their own (see the docstring).
+OWN_FIT_BELOW = 2
 FAMILIES = ("verify", "tree", "draft")
 # Tokens of plain decoding a round times (the unit: the mean of the tokens after the second).
 PLAIN_TOKENS = 5
@@ -49,19 +58,26 @@ def isotonic(values: Sequence[float]) -> List[float]:
     return out
 
 
-def _fit_family(samples: Dict[int, np.ndarray], plain: np.ndarray, resamples: int, rng) -> Dict:
-    """Per k: the monotone fit of the medians, in seconds and plain tokens, with intervals."""
+def _monotone(medians: np.ndarray, own: int) -> List[float]:
+    """The first `own` medians as they are, the rest fitted non-decreasing (`isotonic`)."""
+    return [float(v) for v in medians[:own]] + isotonic(medians[own:])
+
+
+def _fit_family(samples: Dict[int, np.ndarray], plain: np.ndarray, resamples: int, rng, own_below: int = 0) -> Dict:
+    """Per k: the monotone fit of the medians (those of k below `own_below` each on its own),
+    in seconds and plain tokens, with intervals."""
     ks = sorted(samples)
     if not ks:
         return {}
+    own = sum(1 for k in ks if k < own_below)
     table = np.stack([samples[k] for k in ks])  # (k, round)
-    fitted = isotonic(np.median(table, axis=1))
+    fitted = _monotone(np.median(table, axis=1), own)
     unit = float(np.median(plain))
     n = table.shape[1]
     boot_s, boot_t = [], []
     for _ in range(resamples):
         idx = rng.integers(0, n, n)
-        f = isotonic(np.median(table[:, idx], axis=1))
+        f = _monotone(np.median(table[:, idx], axis=1), own)
         boot_s.append(f)
         boot_t.append(np.asarray(f) / np.median(plain[idx]))
     lo_s, hi_s = np.quantile(np.asarray(boot_s), [0.025, 0.975], axis=0)
@@ -90,7 +106,7 @@ def fit(samples: Dict, resamples: int = 1000, seed: int = 0) -> Dict:
     }
     for family in FAMILIES:
         fam = {int(k): np.asarray(v, dtype=float) for k, v in (samples.get(family) or {}).items()}
-        out[family] = _fit_family(fam, plain, resamples, rng)
+        out[family] = _fit_family(fam, plain, resamples, rng, OWN_FIT_BELOW if family == "verify" else 0)
     return out
 
 
@@ -197,11 +213,15 @@ def measure(
 def load_cost_file(costs) -> Dict:
     """A cost model from its file (a path), with `source` (the path) and `digest` (the
     SHA-256 of its bytes: two cells with equal digests priced their rounds alike); a loaded
-    one (a dict) is returned as it is."""
+    one (a dict) is returned as it is. A format-1 file is refitted from the samples it holds
+    (`fit`, at its seed) and says so (`refitted_from`)."""
     if isinstance(costs, dict):
         return costs
     raw = Path(costs).read_bytes()
-    return {**json.loads(raw), "source": str(costs), "digest": hashlib.sha256(raw).hexdigest()[:16]}
+    file = {**json.loads(raw), "source": str(costs), "digest": hashlib.sha256(raw).hexdigest()[:16]}
+    if file.get("format") == 1 and file.get("samples"):
+        file.update(fit(file["samples"], seed=file.get("seed", 0)), format=FORMAT, refitted_from=1)
+    return file
 
 
 def decode_costs_of(model_file: Dict, num_draft: int):
