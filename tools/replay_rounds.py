@@ -17,7 +17,6 @@ figures.
 import argparse
 import collections
 import json
-import math
 from pathlib import Path
 
 import mlx.core as mx
@@ -28,20 +27,16 @@ from fewerpasses.head import cell as head_cell
 from fewerpasses.hybrid import cell as hybrid_cell
 from fewerpasses.lookup.cell import costs_of
 from fewerpasses.measure.costs import replayed_speedup
+from fewerpasses.measure.protocol import round_counts
 from fewerpasses.measure.streams import timed_generation
+from fewerpasses.report.compact import geomean
 
 
-def replay(cell, rounds) -> float:
-    """A stream's (drafted, kept) rounds priced at the cell's cost file."""
+def replay(cell, stream) -> float:
+    """A stream's rounds priced at the cell's cost file."""
     costs = costs_of(cell["verify_costs"])
     per_round = {k + 1: costs.round_seconds(k) for k in range(cell["num_draft"] + 1)}
-    counted = collections.Counter(tuple(r) for r in rounds)
-    rows = [{"drafted": d, "accepted": a, "passes": n} for (d, a), n in counted.items()]
-    return replayed_speedup(rows, per_round, costs.plain_token, costs.restart)
-
-
-def geomean(values):
-    return math.exp(sum(map(math.log, values)) / len(values))
+    return replayed_speedup(round_counts([stream]), per_round, costs.plain_token, costs.restart)
 
 
 def main():
@@ -69,7 +64,7 @@ def main():
             s = timed_generation(lambda: make(mx.array(prompt, dtype=mx.uint32)), len(prompt))
             if tokens.setdefault(pid, s.tokens) != s.tokens:
                 raise SystemExit(f"{pid}: the two streams emitted different tokens: not lossless")
-            replays[category[pid]][name].append(replay(cell, s.rounds))
+            replays[category[pid]][name].append(replay(cell, s))
     print("category: replayed speedup, geometric mean over its prompts (the hybrid, its head alone)")
     overall = collections.defaultdict(list)
     for c in sorted(replays):
