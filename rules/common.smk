@@ -17,7 +17,7 @@ from fewerpasses.pipeline.config import ConfigError, check_config, renamed_keys,
 from fewerpasses.core.guards import guard_environment
 from fewerpasses.core.prompts import FETCHED, prompt_set_file
 from fewerpasses.core.sources import widened_base
-from fewerpasses.pipeline.costs import cell_kind, check_pinned, cost_jobs, pinned_elsewhere, pinned_file
+from fewerpasses.pipeline.costs import cell_kind, check_cost_model, cost_jobs, pinned_elsewhere, pinned_file
 from fewerpasses.report.results_file import command_for, run_name
 from fewerpasses.core.technique import replicates
 from fewerpasses.measure.replicates import replicate_figure, replicates_needed
@@ -33,7 +33,7 @@ except WorkflowError:
     # Snakemake's message dumps the whole schema; name just the bad keys and values.
     raise ConfigError("invalid config:\n  " + "\n  ".join(schema_errors(config, SCHEMA))) from None
 check_config(config, workflow.basedir)
-check_pinned(config, workflow.basedir)
+check_cost_model(config, workflow.basedir)
 _elsewhere = pinned_elsewhere(config, workflow.basedir)
 if _elsewhere:
     logger.warning(
@@ -272,6 +272,7 @@ def get_cost_params(wildcards):
         "max_draft": job.max_draft,
         "trees": job.trees,
         "rounds": section.get("rounds", 30),
+        "processes": section.get("processes", 3),
         "warmup": section.get("warmup", 3),
         "seed": section.get("seed", 0),
     }

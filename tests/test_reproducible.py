@@ -18,7 +18,7 @@ from fewerpasses.core.stats import PROMPTS, RERUN, category_geomean, replicated_
 from fewerpasses.core.technique import ConfigError
 from fewerpasses.measure.cost_model import FORMAT, decode_costs_of, fit, isotonic, load_cost_file
 from fewerpasses.measure.replicates import ONE_PROCESS, RERUN_INTERVAL, merge, merge_replicates
-from fewerpasses.pipeline.costs import check_pinned, cost_jobs, pinned_elsewhere
+from fewerpasses.pipeline.costs import check_cost_model, cost_jobs, pinned_elsewhere
 from fewerpasses.report.compare import compare, main as compare_main, row_verdict
 from fewerpasses.report.verdict import run_verdict
 
@@ -91,6 +91,58 @@ def test_a_format_1_cost_file_is_refitted_from_its_samples_where_it_is_read(tmp_
     assert file["format"] == FORMAT and file["refitted_from"] == 1
     assert file["verify"] == fit(samples)["verify"]
     assert decode_costs_of(file, 3).verify[1] == pytest.approx(0.06, abs=0.001)
+
+
+def test_the_intervals_hold_the_spread_between_processes():
+    """Three processes whose plain token runs at its own speed (a process's state moves every
+    pass it times): the interval over processes, then rounds, holds each process's figure,
+    where one over the pooled rounds, as if one process had timed them, is far narrower."""
+    parts = [_tilted(rounds=40, seed=s) for s in range(3)]
+    for part, speed in zip(parts, (1.0, 1.06, 0.95)):
+        part["plain_token"] = [v * speed for v in part["plain_token"]]
+    merged = {
+        "plain_token": [v for p in parts for v in p["plain_token"]],
+        "verify": {k: [v for p in parts for v in p["verify"][k]] for k in parts[0]["verify"]},
+    }
+    pooled = fit(merged)
+    by_process = fit({**merged, "process": [i for i in range(3) for _ in range(40)]})
+    assert by_process["verify"]["1"]["plain_tokens"] == pooled["verify"]["1"]["plain_tokens"]  # one estimate
+    lo, hi = by_process["verify"]["1"]["plain_tokens_ci"]
+    plo, phi = pooled["verify"]["1"]["plain_tokens_ci"]
+    assert hi - lo > 2 * (phi - plo)
+    assert any(not plo <= fit(p)["verify"]["1"]["plain_tokens"] <= phi for p in parts)
+    assert all(lo - 0.02 <= fit(p)["verify"]["1"]["plain_tokens"] <= hi + 0.02 for p in parts)
+
+
+def test_a_cost_model_job_times_its_rounds_in_fresh_processes(tiny, tmp_path):
+    """The job splits its rounds over processes, each a fresh Python that loads the target
+    itself (the real model, mlx-lm's loader), and records which process timed each round."""
+    from fewerpasses.measure.cost_model import cost_model_job
+
+    model, _ = tiny
+    reference = {"outputs": [{"prompt_tokens": 12, "tokens": list(range(8))}]}
+    kw = dict(
+        model_name="m",
+        kind="plain",
+        cost_target="fewerpasses.measure.cost_model:plain_target",
+        params={},
+        max_draft=2,
+        trees=False,
+        warmup=1,
+        seed=4,
+    )
+    logged = []
+    out = cost_model_job(model, reference, {}, rounds=5, processes=2, log=logged.append, **kw)
+    assert out["processes"] == 2 and out["samples"]["process"] == [0, 0, 0, 1, 1]
+    assert len(out["samples"]["plain_token"]) == 5 and len(out["samples"]["verify"]["3"]) == 5
+    assert out["context"] == 16 and set(out["verify"]) == {"1", "2", "3"}
+    assert logged == ["cost model: process 1 of 2, 3 rounds", "cost model: process 2 of 2, 2 rounds"]
+    assert decode_costs_of(out, 2).verify[3] == out["verify"]["3"]["seconds"]
+    with pytest.raises(ValueError, match="cost_model.processes must be between 1 and rounds"):
+        cost_model_job(model, reference, {}, rounds=2, processes=3, **kw)
+    # A process that fails names itself, and nothing is written.
+    with pytest.raises(RuntimeError, match="timing process failed"):
+        cost_model_job(tmp_path / "no-model", reference, {}, rounds=2, processes=2, **kw)
 
 
 def test_a_cell_prices_its_rounds_at_the_fitted_costs_up_to_its_draft_length():
@@ -508,11 +560,13 @@ def test_one_cost_model_per_model_and_kind_up_to_its_longest_draft(tmp_path):
     assert cost_jobs(grown)[("m", "plain")].params == job.params == {}
     with pytest.raises(ConfigError, match="cost_model.max_draft: 5 is below the draft length of 1 cell"):
         cost_jobs(_config(cost_model={"max_draft": 5}))
+    with pytest.raises(ConfigError, match="cost_model.processes: 4 processes cannot share 3 rounds"):
+        check_cost_model(_config(cost_model={"rounds": 3, "processes": 4}), str(tmp_path))
     with pytest.raises(ConfigError, match="no cost model for .*m/plain.json"):
-        check_pinned(_config(cost_model={"pinned": str(tmp_path)}), str(tmp_path))
+        check_cost_model(_config(cost_model={"pinned": str(tmp_path)}), str(tmp_path))
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "plain.json").write_text("{}")
-    check_pinned(_config(cost_model={"pinned": str(tmp_path)}), str(tmp_path))
+    check_cost_model(_config(cost_model={"pinned": str(tmp_path)}), str(tmp_path))
     # A file measured on another machine is named, one from this machine (or unrecorded) not.
     pinned = _config(cost_model={"pinned": str(tmp_path)})
     assert pinned_elsewhere(pinned, str(tmp_path), here=("Intel Xeon", 2)) == []

@@ -5,13 +5,18 @@ kind. A cell's cost gate, and so its draft lengths, then depend only on its toke
 file: two cells given the same file make the same rounds, and a run can pin another run's file
 (`cost_model.pinned`) to compare on one policy.
 
-The file holds every timed sample. Each round times every pass once, in an order shuffled with
-the recorded seed, after `warmup` rounds that are not kept; a pass of k tokens is one
+The file holds every timed sample. Its rounds are split over `processes` fresh processes, run
+one after another (`cost_model_job`): a process's own state (where its buffers landed, how its
+BLAS threads settled) moves every pass it times, plain decoding's token most, by more than a
+long run of rounds in one process can average out, so an interval over one process's rounds
+would claim a precision that a second process, a cell's among them, does not reproduce. Each
+round times every pass once, in an order shuffled with the process's seed, after `warmup`
+rounds that are not kept; a pass of k tokens is one
 synchronous forward at the cells' context, trimmed after (measure/costs.py), and the unit is
 plain decoding's pipelined token (`generate_step`), timed in the same rounds. Each family of
 passes (verify, tree, draft) is fitted non-decreasing in k (isotonic regression of the per-k
 medians: a 3-token pass never prices below a 2-token one), with a percentile-bootstrap interval
-over rounds, in seconds and in plain tokens. The 1-token verify pass is fitted on its own: it
+over processes, then rounds within each (`resample`), in seconds and in plain tokens. The 1-token verify pass is fitted on its own: it
 is no round's verify pass but the synchronous step that leaving the pipeline costs
 (`DecodeCosts.restart`), and a product of one row may take another kernel than a product of a
 few (a BLAS's matrix-vector path), so a 2-token pass can truly cost less than it. Pooled with
@@ -63,7 +68,19 @@ def _monotone(medians: np.ndarray, own: int) -> List[float]:
     return [float(v) for v in medians[:own]] + isotonic(medians[own:])
 
 
-def _fit_family(samples: Dict[int, np.ndarray], plain: np.ndarray, resamples: int, rng, own_below: int = 0) -> Dict:
+def resample(rng, groups: np.ndarray) -> np.ndarray:
+    """One bootstrap draw of round indices: processes drawn with replacement, then each drawn
+    process's rounds with replacement (a two-stage bootstrap, so the interval holds the
+    spread between processes). `groups` is each round's process."""
+    names, first = np.unique(groups, return_index=True)
+    members = [np.flatnonzero(groups == g) for g in names[np.argsort(first)]]
+    drawn = rng.integers(0, len(members), len(members))
+    return np.concatenate([members[i][rng.integers(0, len(members[i]), len(members[i]))] for i in drawn])
+
+
+def _fit_family(
+    samples: Dict[int, np.ndarray], plain: np.ndarray, groups: np.ndarray, resamples: int, rng, own_below: int = 0
+) -> Dict:
     """Per k: the monotone fit of the medians (those of k below `own_below` each on its own),
     in seconds and plain tokens, with intervals."""
     ks = sorted(samples)
@@ -73,10 +90,9 @@ def _fit_family(samples: Dict[int, np.ndarray], plain: np.ndarray, resamples: in
     table = np.stack([samples[k] for k in ks])  # (k, round)
     fitted = _monotone(np.median(table, axis=1), own)
     unit = float(np.median(plain))
-    n = table.shape[1]
     boot_s, boot_t = [], []
     for _ in range(resamples):
-        idx = rng.integers(0, n, n)
+        idx = resample(rng, groups)
         f = _monotone(np.median(table[:, idx], axis=1), own)
         boot_s.append(f)
         boot_t.append(np.asarray(f) / np.median(plain[idx]))
@@ -95,18 +111,20 @@ def _fit_family(samples: Dict[int, np.ndarray], plain: np.ndarray, resamples: in
 
 
 def fit(samples: Dict, resamples: int = 1000, seed: int = 0) -> Dict:
-    """The fitted model from `samples` ({"plain_token": [...], "verify": {k: [...]}, ...}: one
-    value per kept round, every list in round order)."""
+    """The fitted model from `samples` ({"plain_token": [...], "verify": {k: [...]}, ...,
+    "process": [...]}: one value per kept round, every list in round order; `process`, each
+    round's process, absent where one process timed them all)."""
     rng = np.random.default_rng(seed)
     plain = np.asarray(samples["plain_token"], dtype=float)
-    boot = [float(np.median(plain[rng.integers(0, plain.size, plain.size)])) for _ in range(resamples)]
+    groups = np.asarray(samples.get("process") or [0] * plain.size)
+    boot = [float(np.median(plain[resample(rng, groups)])) for _ in range(resamples)]
     out = {
         "plain_token_seconds": float(np.median(plain)),
         "plain_token_ci": [float(v) for v in np.quantile(boot, [0.025, 0.975])],
     }
     for family in FAMILIES:
         fam = {int(k): np.asarray(v, dtype=float) for k, v in (samples.get(family) or {}).items()}
-        out[family] = _fit_family(fam, plain, resamples, rng, OWN_FIT_BELOW if family == "verify" else 0)
+        out[family] = _fit_family(fam, plain, groups, resamples, rng, OWN_FIT_BELOW if family == "verify" else 0)
     return out
 
 
@@ -295,31 +313,120 @@ def cost_model_job(
     rounds: int,
     warmup: int,
     seed: int,
+    processes: int = 1,
     log: Callable = None,
 ) -> Dict:
-    """A (model, target kind)'s cost model file (rule cost_model): the target loaded, its kind's
-    runner built by `cost_target` ("module:function", the technique's), timed at the cells'
-    context (`lookup.cell.cost_context` of the reference), with the environment recorded."""
+    """A (model, target kind)'s cost model file (rule cost_model): `rounds` kept rounds split
+    over `processes` fresh processes run one after another (`time_in_process`), each of which
+    loads the target, builds its kind's runner with `cost_target` ("module:function", the
+    technique's) and times its share at the cells' context (`lookup.cell.cost_context` of the
+    reference) after `warmup` rounds of its own, at seed `seed` + its index; then one fit over
+    them all (`fit`). The environment is recorded."""
     from ..core.environment import environment, mark_job_start
     from ..core.log import log as default_log
-    from ..core.models import load
-    from ..core.technique import resolve
 
     log = log or default_log
+    if not 1 <= processes <= rounds:
+        raise ValueError(f"cost_model.processes must be between 1 and rounds ({rounds}), got {processes}")
     mark_job_start()
     started_at = time.time()
-    model, _ = load(model_path)
-    target = resolve(cost_target)(model, params, inputs)
     context = context_of(reference)
-    out = measure(target, [0] * context, max_draft, rounds=rounds, warmup=warmup, seed=seed, trees=trees, log=log)
+    spec = {
+        "model_path": str(model_path),
+        "inputs": {k: str(v) for k, v in inputs.items()},
+        "cost_target": cost_target,
+        "params": params,
+        "context": context,
+        "max_draft": max_draft,
+        "trees": trees,
+        "warmup": warmup,
+    }
+    shares = [rounds // processes + (i < rounds % processes) for i in range(processes)]
+    t0 = time.perf_counter()
+    merged: Dict = {}
+    for i, share in enumerate(shares):
+        log(f"cost model: process {i + 1} of {processes}, {share} rounds")
+        one = (
+            time_in_process({**spec, "rounds": share, "seed": seed + i})
+            if processes > 1
+            else _time(spec | {"rounds": share, "seed": seed}, log)
+        )
+        merged.setdefault("plain_token", []).extend(one["plain_token"])
+        merged.setdefault("process", []).extend([i] * len(one["plain_token"]))
+        for family in FAMILIES:
+            for k, v in (one.get(family) or {}).items():
+                merged.setdefault(family, {}).setdefault(k, []).extend(v)
     settings = {"model": model_name, "kind": kind, "cost_target": cost_target, "max_draft": max_draft, "trees": trees}
     return {
         **settings,
-        **out,
+        "format": FORMAT,
+        "context": context,
+        "max_draft": max_draft,
+        "rounds": rounds,
+        "processes": processes,
+        "warmup": warmup,
+        "seed": seed,
+        "plain_tokens_per_sample": PLAIN_TOKENS,
+        "order": "every pass once a round, in an order shuffled per round; rounds split over processes",
+        **fit(merged, seed=seed),
+        "samples": merged,
+        "sampling_seconds": time.perf_counter() - t0,
         "started_at": started_at,
         "finished_at": time.time(),
         "environment": environment(settings),
     }
+
+
+def _time(spec: Dict, log: Callable) -> Dict:
+    """One process's share of a cost model: the target loaded, its runner built, its rounds
+    timed (`measure`); returns the samples."""
+    from ..core.models import load
+    from ..core.technique import resolve
+
+    model, _ = load(spec["model_path"])
+    target = resolve(spec["cost_target"])(model, spec["params"], spec["inputs"])
+    out = measure(
+        target,
+        [0] * spec["context"],
+        spec["max_draft"],
+        rounds=spec["rounds"],
+        warmup=spec["warmup"],
+        seed=spec["seed"],
+        trees=spec["trees"],
+        log=log,
+    )
+    return out["samples"]
+
+
+def time_in_process(spec: Dict) -> Dict:
+    """`_time` in a fresh Python process (this module run as a program), with this process's
+    environment (the timing jobs' BLAS settings) and this package first on its path; its log
+    goes where this process's goes."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    try:
+        stderr = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        stderr = None
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_file, out_file = Path(tmp) / "spec.json", Path(tmp) / "samples.json"
+        spec_file.write_text(json.dumps(spec))
+        done = subprocess.run(
+            [sys.executable, "-m", "fewerpasses.measure.cost_model", str(spec_file), str(out_file)],
+            env=env,
+            stderr=stderr,
+            check=False,
+        )
+        if done.returncode != 0 or not out_file.exists():
+            raise RuntimeError(
+                f"a cost model's timing process failed (exit status {done.returncode}); see its log above"
+            )
+        return json.loads(out_file.read_text())
 
 
 def context_of(reference: Dict) -> int:
@@ -328,3 +435,12 @@ def context_of(reference: Dict) -> int:
     prompt = statistics.median_low(o["prompt_tokens"] for o in reference["outputs"])
     answer = statistics.median_low(len(o["tokens"]) for o in reference["outputs"])
     return prompt + answer // 2
+
+
+if __name__ == "__main__":  # one process's share of a cost model (`time_in_process`)
+    import sys
+
+    from ..core.log import log as _log
+
+    _spec = json.loads(Path(sys.argv[1]).read_text())
+    Path(sys.argv[2]).write_text(json.dumps(_time(_spec, _log)))

@@ -85,10 +85,18 @@ def pinned_file(config: Dict, model: str, kind: str, basedir: str = ".") -> Opti
     return root / COST_FILE.format(model=model, kind=kind)
 
 
-def check_pinned(config: Dict, basedir: str = ".") -> None:
-    """A pinned directory must hold a file for every (model, kind) the grid prices: a
-    ConfigError naming each missing one, before any job starts."""
-    if not (config.get("cost_model") or {}).get("pinned"):
+def check_cost_model(config: Dict, basedir: str = ".") -> None:
+    """A cost model's rounds must cover its processes, and a pinned directory must hold a file
+    for every (model, kind) the grid prices: a ConfigError naming each missing one, before any
+    job starts."""
+    section = config.get("cost_model") or {}
+    rounds, processes = section.get("rounds", 30), section.get("processes", 3)
+    if processes > rounds:
+        raise ConfigError(
+            f"cost_model.processes: {processes} processes cannot share {rounds} rounds (cost_model.rounds); "
+            "each process keeps at least one"
+        )
+    if not section.get("pinned"):
         return
     missing = [str(p) for (m, k) in cost_jobs(config) if not (p := pinned_file(config, m, k, basedir)).is_file()]
     if missing:
