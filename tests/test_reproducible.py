@@ -715,3 +715,19 @@ def test_compare_says_when_two_runs_ran_on_different_machines(tmp_path, capsys):
     (old / "costs/m/plain.json").unlink()
     compare_main(["old", "amd", "--root", str(tmp_path)])
     assert "A's machine: not recorded" in capsys.readouterr().out
+
+
+def test_the_plan_prices_each_cost_model_process_its_load_and_warm_up():
+    from fewerpasses.plan.plan import Rates, support_job
+
+    r = Rates.of({"plain_token_seconds": 0.05, "prefill_token_seconds": 0.001, "import_seconds": 2, "load_seconds": 1})
+    need = {"rule": "cost_model", "file": "f", "model": "m", "max_draft": 2, "trees": False, "draft": False}
+
+    def planned(processes, rounds=30):
+        cost = {"rounds": rounds, "warmup": 3, "processes": processes}
+        return support_job({**need, "cost": cost}, r, [20], {"generation": {"max_tokens": 16}}).seconds
+
+    a_round = planned(1, rounds=31) - planned(1)
+    assert a_round > 0
+    # Two more processes: two more imports and loads (3 s each), and two more warm-ups of 3 rounds.
+    assert planned(3) - planned(1) == pytest.approx(2 * 3 + 2 * 3 * a_round)

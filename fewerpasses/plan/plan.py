@@ -432,7 +432,10 @@ def support_job(need: Dict, r: Rates, prompts: Sequence[int], config: Dict) -> P
             sum(r.verify(2 * j) for j in range(1, k + 2)) if need["trees"] else 0
         )
         rows += PLAIN_TOKENS * r.plain(100) + (sum(j * r.plain(100) for j in range(1, k + 1)) if need["draft"] else 0)
-        return PlannedJob(rule, need["file"], need["model"], base + (c["rounds"] + c["warmup"]) * rows, r.source)
+        # Each of its processes imports, loads the target and warms up on its own.
+        n = c.get("processes", 1)
+        seconds = base + (n - 1) * (r.import_seconds + r.load_seconds) + (c["rounds"] + n * c["warmup"]) * rows
+        return PlannedJob(rule, need["file"], need["model"], seconds, r.source)
     ls = config.get("layerskip") or {}
     cal_tokens = int(ls.get("calibration_tokens") or 64)
     cal_file = Path("config", "prompts", f"{ls.get('calibration_set', 'chat_calib')}.yaml")
