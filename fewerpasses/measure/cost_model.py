@@ -11,18 +11,18 @@ BLAS threads settled) moves every pass it times, plain decoding's token most, by
 long run of rounds in one process can average out, so an interval over one process's rounds
 would claim a precision that a second process, a cell's among them, does not reproduce. Each
 round times every pass once, in an order shuffled with the process's seed, after `warmup`
-rounds that are not kept; a pass of k tokens is one
-synchronous forward at the cells' context, trimmed after (measure/costs.py), and the unit is
-plain decoding's pipelined token (`generate_step`), timed in the same rounds. Each family of
-passes (verify, tree, draft) is fitted non-decreasing in k (isotonic regression of the per-k
-medians: a 3-token pass never prices below a 2-token one), with a percentile-bootstrap interval
-over processes, then rounds within each (`resample`), in seconds and in plain tokens. The 1-token verify pass is fitted on its own: it
-is no round's verify pass but the synchronous step that leaving the pipeline costs
+rounds that are not kept; a pass of k tokens is one synchronous forward at the cells' context,
+trimmed after (measure/costs.py), and the unit is plain decoding's pipelined token
+(`generate_step`), timed in the same rounds. Each family of passes (verify, tree, draft) is
+fitted non-decreasing in k (isotonic regression of the per-k medians: a 3-token pass never
+prices below a 2-token one), with a percentile-bootstrap interval over processes, then rounds
+within each (`resample`), in seconds and in plain tokens. The 1-token verify pass is fitted on
+its own: it is no round's verify pass but the synchronous step that leaving the pipeline costs
 (`DecodeCosts.restart`), and a product of one row may take another kernel than a product of a
 few (a BLAS's matrix-vector path), so a 2-token pass can truly cost less than it. Pooled with
 the 2-token pass, it would price both at their mean: a restart too cheap, and the shortest
-round too dear. A cell ends with a short probe of its own
-(`end_probe`), which records how far the machine moved from the file.
+round too dear. A cell ends with a short probe of its own (`end_probe`), which records how far
+the machine moved from the file.
 """
 
 import hashlib
@@ -68,18 +68,29 @@ def _monotone(medians: np.ndarray, own: int) -> List[float]:
     return [float(v) for v in medians[:own]] + isotonic(medians[own:])
 
 
-def resample(rng, groups: np.ndarray) -> np.ndarray:
+def processes_of(groups: Sequence) -> List[np.ndarray]:
+    """The round indices of each process, in the order the processes ran; `groups` is each
+    round's process."""
+    groups = np.asarray(groups)
+    names, first = np.unique(groups, return_index=True)
+    return [np.flatnonzero(groups == g) for g in names[np.argsort(first)]]
+
+
+def resample(rng, members: List[np.ndarray]) -> np.ndarray:
     """One bootstrap draw of round indices: processes drawn with replacement, then each drawn
     process's rounds with replacement (a two-stage bootstrap, so the interval holds the
-    spread between processes). `groups` is each round's process."""
-    names, first = np.unique(groups, return_index=True)
-    members = [np.flatnonzero(groups == g) for g in names[np.argsort(first)]]
+    spread between processes). `members`: each process's rounds (`processes_of`)."""
     drawn = rng.integers(0, len(members), len(members))
     return np.concatenate([members[i][rng.integers(0, len(members[i]), len(members[i]))] for i in drawn])
 
 
 def _fit_family(
-    samples: Dict[int, np.ndarray], plain: np.ndarray, groups: np.ndarray, resamples: int, rng, own_below: int = 0
+    samples: Dict[int, np.ndarray],
+    plain: np.ndarray,
+    members: List[np.ndarray],
+    resamples: int,
+    rng,
+    own_below: int = 0,
 ) -> Dict:
     """Per k: the monotone fit of the medians (those of k below `own_below` each on its own),
     in seconds and plain tokens, with intervals."""
@@ -92,7 +103,7 @@ def _fit_family(
     unit = float(np.median(plain))
     boot_s, boot_t = [], []
     for _ in range(resamples):
-        idx = resample(rng, groups)
+        idx = resample(rng, members)
         f = _monotone(np.median(table[:, idx], axis=1), own)
         boot_s.append(f)
         boot_t.append(np.asarray(f) / np.median(plain[idx]))
@@ -116,15 +127,15 @@ def fit(samples: Dict, resamples: int = 1000, seed: int = 0) -> Dict:
     round's process, absent where one process timed them all)."""
     rng = np.random.default_rng(seed)
     plain = np.asarray(samples["plain_token"], dtype=float)
-    groups = np.asarray(samples.get("process") or [0] * plain.size)
-    boot = [float(np.median(plain[resample(rng, groups)])) for _ in range(resamples)]
+    members = processes_of(samples.get("process") or [0] * plain.size)
+    boot = [float(np.median(plain[resample(rng, members)])) for _ in range(resamples)]
     out = {
         "plain_token_seconds": float(np.median(plain)),
         "plain_token_ci": [float(v) for v in np.quantile(boot, [0.025, 0.975])],
     }
     for family in FAMILIES:
         fam = {int(k): np.asarray(v, dtype=float) for k, v in (samples.get(family) or {}).items()}
-        out[family] = _fit_family(fam, plain, groups, resamples, rng, OWN_FIT_BELOW if family == "verify" else 0)
+        out[family] = _fit_family(fam, plain, members, resamples, rng, OWN_FIT_BELOW if family == "verify" else 0)
     return out
 
 
@@ -204,27 +215,82 @@ def measure(
     plain_tokens: int = PLAIN_TOKENS,
     log: Callable = print,
 ) -> Dict:
-    """A target kind's cost model at `context`: passes of 1..max_draft + 1 tokens, a draft
-    tree's two branches of as many where `trees`, and a computing drafter's k drafts for k up
-    to `max_draft`; returns the file's samples and fit (`fit`)."""
+    """A target kind's cost model at `context`, timed in this process (`sample_target`), as
+    its file (`cost_file`)."""
+    t0 = time.perf_counter()
+    samples = sample_target(
+        target,
+        context,
+        max_draft,
+        rounds=rounds,
+        warmup=warmup,
+        seed=seed,
+        trees=trees,
+        plain_tokens=plain_tokens,
+        log=log,
+    )
+    return cost_file(
+        samples,
+        context=len(context),
+        max_draft=max_draft,
+        rounds=rounds,
+        warmup=warmup,
+        seed=seed,
+        plain_tokens=plain_tokens,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def sample_target(
+    target: CostTarget,
+    context: Sequence[int],
+    max_draft: int,
+    *,
+    rounds: int,
+    warmup: int,
+    seed: int,
+    trees: bool = False,
+    plain_tokens: int = PLAIN_TOKENS,
+    log: Callable = print,
+) -> Dict:
+    """The timed samples of a target kind at `context` (`sample_rounds`): passes of
+    1..max_draft + 1 tokens, a draft tree's two branches of as many where `trees`, and a
+    computing drafter's k drafts for k up to `max_draft`."""
     ks = range(1, max_draft + 2)
     draft_ks = range(1, max_draft + 1) if target.make_drafter is not None else ()
     items = _timed_items(target, context, ks, ks if trees else (), draft_ks, plain_tokens)
     log(f"cost model: {len(items)} passes a round, {rounds} rounds after {warmup} warm-up rounds")
-    t0 = time.perf_counter()
-    samples = sample_rounds(items, rounds, warmup, seed, log)
+    return sample_rounds(items, rounds, warmup, seed, log)
+
+
+def cost_file(
+    samples: Dict,
+    *,
+    context: int,
+    max_draft: int,
+    rounds: int,
+    warmup: int,
+    seed: int,
+    seconds: float,
+    plain_tokens: int = PLAIN_TOKENS,
+    processes: int = 1,
+) -> Dict:
+    """A cost model file from its samples: how they were timed, their fit (`fit`) and the
+    samples themselves; `seconds`, the time the timing took."""
+    split = f"; rounds split over {processes} processes" if processes > 1 else ""
     return {
         "format": FORMAT,
-        "context": len(context),
+        "context": context,
         "max_draft": max_draft,
         "rounds": rounds,
+        "processes": processes,
         "warmup": warmup,
         "seed": seed,
         "plain_tokens_per_sample": plain_tokens,
-        "order": "every pass once a round, in an order shuffled per round",
+        "order": "every pass once a round, in an order shuffled per round" + split,
         **fit(samples, seed=seed),
         "samples": samples,
-        "sampling_seconds": time.perf_counter() - t0,
+        "sampling_seconds": seconds,
     }
 
 
@@ -349,7 +415,7 @@ def cost_model_job(
         one = (
             time_in_process({**spec, "rounds": share, "seed": seed + i})
             if processes > 1
-            else _time(spec | {"rounds": share, "seed": seed}, log)
+            else _time({**spec, "rounds": share, "seed": seed}, log)
         )
         merged.setdefault("plain_token", []).extend(one["plain_token"])
         merged.setdefault("process", []).extend([i] * len(one["plain_token"]))
@@ -357,20 +423,19 @@ def cost_model_job(
             for k, v in (one.get(family) or {}).items():
                 merged.setdefault(family, {}).setdefault(k, []).extend(v)
     settings = {"model": model_name, "kind": kind, "cost_target": cost_target, "max_draft": max_draft, "trees": trees}
+    file = cost_file(
+        merged,
+        context=context,
+        max_draft=max_draft,
+        rounds=rounds,
+        warmup=warmup,
+        seed=seed,
+        seconds=time.perf_counter() - t0,
+        processes=processes,
+    )
     return {
         **settings,
-        "format": FORMAT,
-        "context": context,
-        "max_draft": max_draft,
-        "rounds": rounds,
-        "processes": processes,
-        "warmup": warmup,
-        "seed": seed,
-        "plain_tokens_per_sample": PLAIN_TOKENS,
-        "order": "every pass once a round, in an order shuffled per round; rounds split over processes",
-        **fit(merged, seed=seed),
-        "samples": merged,
-        "sampling_seconds": time.perf_counter() - t0,
+        **file,
         "started_at": started_at,
         "finished_at": time.time(),
         "environment": environment(settings),
@@ -379,13 +444,13 @@ def cost_model_job(
 
 def _time(spec: Dict, log: Callable) -> Dict:
     """One process's share of a cost model: the target loaded, its runner built, its rounds
-    timed (`measure`); returns the samples."""
+    timed (`sample_target`); returns the samples (the job fits them all at once)."""
     from ..core.models import load
     from ..core.technique import resolve
 
     model, _ = load(spec["model_path"])
     target = resolve(spec["cost_target"])(model, spec["params"], spec["inputs"])
-    out = measure(
+    return sample_target(
         target,
         [0] * spec["context"],
         spec["max_draft"],
@@ -395,7 +460,6 @@ def _time(spec: Dict, log: Callable) -> Dict:
         trees=spec["trees"],
         log=log,
     )
-    return out["samples"]
 
 
 def time_in_process(spec: Dict) -> Dict:
