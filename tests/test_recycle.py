@@ -11,6 +11,7 @@ from fewerpasses.core.models import load
 from fewerpasses.lookup.draft import DraftPolicy
 from fewerpasses.measure.streams import plain_stream, timed_generation
 from fewerpasses.recycle.cell import loads, recycle_stream
+from fewerpasses.lookup.confidence import LOOK_DECAY
 from fewerpasses.recycle.draft import RecycleDrafter
 from fewerpasses.recycle.table import RecyclingTarget, TableCache
 from tiny_models import write_model_dir
@@ -333,12 +334,48 @@ def test_a_gated_look_tells_every_reach_what_the_table_holds():
     drafter = RecycleDrafter([3], gate=gate)
     drafter.bind([table])
     assert drafter.gated_length(4) == 1 and drafter.continuation(4) == [5]
-    # The chain ends where the table does: a longer reach would have read the same one token.
-    assert gate.weight == pytest.approx([1.0] * 4) and gate.steps == 1
-    assert gate.gain[3] == pytest.approx(gate.gain[0])
-    drafter.last = 9  # no row after 9: every reach finds nothing, and nothing was computed
+    # What the look gained is told once its chain is scored against the emitted tokens.
+    assert gate.weight == pytest.approx([0.0] * 4) and gate.looks == 1 and gate.steps == 1
+    drafter.append(5)  # kept; the chain ends where the table does, so a longer reach drafts the same
+    kept = 2.0 - gate.verify_cost[1]
+    assert gate.weight == pytest.approx([LOOK_DECAY] * 4)
+    assert gate.gain == pytest.approx([kept * LOOK_DECAY] * 4)
+    drafter.last = 9  # no row after 9: every reach finds nothing at once, and nothing was computed
     drafter.gated_length(4)
-    assert gate.weight == pytest.approx([2.0] * 4) and gate.steps == 1
+    assert gate.weight == pytest.approx([LOOK_DECAY + 1.0] * 4) and gate.steps == 1
     drafter.last = 3  # cut by the limit, not the table: no word on longer reaches
     drafter.gated_length(1)
-    assert gate.weight == pytest.approx([3.0, 2.0, 2.0, 2.0])
+    drafter.append(7)  # missed: the round paid a pass of two tokens for one
+    missed = (1.0 - gate.verify_cost[1]) * LOOK_DECAY
+    assert gate.weight == pytest.approx([(LOOK_DECAY + 2.0) * LOOK_DECAY] + [(LOOK_DECAY + 1.0) * LOOK_DECAY] * 3)
+    assert gate.gain[0] == pytest.approx(kept * LOOK_DECAY**2 + missed)
+
+
+def test_the_gate_stops_looking_where_the_recycled_chains_miss():
+    """A calibration that expects the table's confident chains to be kept, in an answer where
+    none is: the look's value follows what the rounds gained, and falls below leaving the
+    pipeline, while the chances it expected would have kept it looking."""
+    from fewerpasses.lookup.confidence import LiveCalibration, gate_for
+    from fewerpasses.measure.costs import DecodeCosts
+
+    table = TableCache(rows=16, top_k=2)
+    logits = mx.full((1, 16), -9.0)
+    logits[0, 5] = 9.0  # after token 3: token 5, at a probability near 1
+    table.write(mx.array([3]), logits)
+    # A synchronous pass 1.2 plain tokens, one with a draft 1.25: leaving the pipeline costs 0.2.
+    costs = DecodeCosts({1: 0.012, 2: 0.0125, 3: 0.014, 4: 0.016, 5: 0.018}, 0.01)
+    calibration = LiveCalibration(positions=4)
+    for _ in range(200):  # earlier answers: every confident chain was kept
+        calibration.score([0.99], 1)
+    gate = gate_for(calibration, costs, 4)
+    assert gate.calibration.chance(0, 0.99) > 0.9
+    drafter = RecycleDrafter([3], gate=gate)
+    drafter.bind([table])
+    restart = costs.restart / costs.plain_token
+    assert gate.worth_looking(restart, 4)
+    for _ in range(40):  # every round: look, draft 5, and see the target emit 7 instead
+        drafter.last = 3
+        assert drafter.gated_length(4) == 1
+        drafter.append(7)
+    assert gate.calibration.chance(0, 0.99) > 0.5  # the pooled calibration still expects a keep
+    assert not gate.worth_looking(restart, 4)

@@ -23,20 +23,24 @@ head pays for every step of the chain it computes, whether the round drafts it o
 `ConfidenceGate` keeps the value of a look per reach (the chain's length): the mean gain in
 plain tokens that rounds would have made with a chain that long (0 where they would not have
 drafted; each look that computed m steps tells it this for every reach up to m, from the
-prefixes of its chain), starting from the calibration's own estimate (what its first-token
-probabilities would have gained at these costs, later tokens at their best) and held as that
-many pseudo-rounds, with evidence that fades per emitted token back toward it. A look computes
-the reach whose value less its drafting cost is the most (`reach`), and none where no reach
-pays for leaving the pipeline. Since the estimate starts above what most looks find, a reach
-left unused for a while drifts back up and is tried again. The gate is kept for a whole cell,
-across its prompts, so each answer starts from what earlier ones showed.
+prefixes of its chain). The recycled predictions tell it what those rounds gained, once their
+chain is scored against the emitted tokens (`realized`), so the value follows the answer at
+hand where their calibration, pooled over a cell's prompts, does not; the head tells it what
+its calibrated chances expected. The value starts from the calibration's own estimate (what
+its first-token probabilities would have gained at these costs, later tokens at their best),
+held as PRIOR_ROUNDS pseudo-rounds, with evidence that fades per emitted token back toward
+it. A look computes the reach whose value less its drafting cost is the most (`reach`), and
+none where no reach pays for leaving the pipeline. Since the estimate starts above what most
+looks find, a reach left unused for a while drifts back up and is tried again. The gate is
+kept for a whole cell, across its prompts, so each answer starts from what earlier ones
+showed.
 """
 
 import bisect
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .draft import best_drafting_rate
 
@@ -190,21 +194,27 @@ class ChainScores:
 
     def __init__(self, calibration: LiveCalibration):
         self.calibration = calibration
-        self.live: List[list] = []  # [chain, its probabilities, kept so far]
+        self.live: List[list] = []  # [chain, its probabilities, kept so far, on_scored]
 
-    def add(self, chain: Sequence[int], probs: Sequence[float]) -> None:
+    def add(
+        self, chain: Sequence[int], probs: Sequence[float], on_scored: Optional[Callable[[int], None]] = None
+    ) -> None:
+        """A chain to score; `on_scored(kept)` is told how many of its tokens were kept."""
         if chain:
-            self.live.append([list(chain), list(probs), 0])
+            self.live.append([list(chain), list(probs), 0, on_scored])
 
     def emitted(self, token: int) -> None:
         live = []
         for entry in self.live:
-            chain, probs, kept = entry
+            chain, probs, kept, on_scored = entry
             if chain[kept] == token and kept + 1 < len(chain):
                 entry[2] = kept + 1
                 live.append(entry)
                 continue
-            self.calibration.score(probs, kept + (chain[kept] == token))
+            kept += chain[kept] == token
+            self.calibration.score(probs, kept)
+            if on_scored is not None:
+                on_scored(kept)
         self.live = live
         self.calibration.emitted()
 
@@ -355,15 +365,31 @@ class ConfidenceGate:
         gains = [best_length(chances[:m], self.verify_cost, overhead)[1] for m in range(1, len(chances) + 1)]
         return best_length(chances, self.verify_cost, overhead)[0], gains
 
-    def looked(self, gains: Sequence[float], drafted: bool, steps: Optional[int] = None) -> None:
-        """A look's evidence: `gains[m - 1]` what a reach of m would have gained; `steps` the
-        tokens it computed (default: one per reach told)."""
+    def looked(self, gains: Optional[Sequence[float]], drafted: bool, steps: Optional[int] = None) -> None:
+        """A look: `gains[m - 1]` what a reach of m would have gained (None: told later, by
+        `realized`); `steps` the tokens it computed (default: one per reach told)."""
+        if gains is not None:
+            self.evidence(gains)
+        self.looks += 1
+        self.drafts += 1 if drafted else 0
+        self.steps += (len(gains) if gains is not None else 0) if steps is None else steps
+
+    def evidence(self, gains: Sequence[float]) -> None:
         for m, g in enumerate(gains[: self.limit]):
             self.gain[m] += g
             self.weight[m] += 1.0
-        self.looks += 1
-        self.drafts += 1 if drafted else 0
-        self.steps += len(gains) if steps is None else steps
+
+    def lengths(self, probs: Sequence[float], overhead: float = 0.0) -> List[int]:
+        """The length a round would draft of a chain read with its probabilities, at each
+        reach up to the chain's length (its prefix's best length)."""
+        chances = self.chances(probs)
+        return [best_length(chances[:m], self.verify_cost, overhead)[0] for m in range(1, len(chances) + 1)]
+
+    def realized(self, lengths: Sequence[int], kept: int, overhead: float = 0.0) -> List[float]:
+        """What a look's rounds gained, once its chain is scored against the emitted tokens:
+        at each reach, the `lengths[m - 1]` drafts of that reach, of which the first `kept`
+        were the target's, against a plain step (0 for no draft)."""
+        return [1.0 + min(k, kept) - (self.verify_cost[k] + overhead) if k else 0.0 for k in lengths]
 
     def emitted(self, n: int = 1) -> None:
         f = LOOK_DECAY**n

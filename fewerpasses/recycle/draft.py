@@ -16,7 +16,7 @@ probabilities are the model's own in another context, with no held-out record) t
 prices its own rounds (`gated_length`, the loop's hook): it reads the chain and its
 probabilities once, drafts the length their calibrated chances make worth most, or none, and
 scores the whole chain against the tokens the target emits after it, drafted or not, so the
-calibration learns from every round it looked at."""
+calibration learns from every round it looked at, and the gate from what each look gained."""
 
 from typing import Dict, List, Optional, Tuple
 
@@ -117,11 +117,13 @@ class RecycleDrafter:
         if not chain:  # no row yet after this token: a look of any reach finds nothing
             gate.looked([0.0] * gate.limit, False, steps=0)
             return 0
-        self.scores.add(chain, probs)
-        k, gains = gate.gains(probs, overhead)
+        lengths = gate.lengths(probs, overhead)
+        k = lengths[-1]
         if len(chain) < limit:  # the table holds no more: a look of any longer reach reads the same
-            gains = gains + gains[-1:] * (gate.limit - len(gains))
-        gate.looked(gains, k > 0, steps=len(chain))
+            lengths = lengths + lengths[-1:] * (gate.limit - len(lengths))
+        # The look's value is what its rounds gain, told once the chain is scored.
+        self.scores.add(chain, probs, lambda kept: gate.evidence(gate.realized(lengths, kept, overhead)))
+        gate.looked(None, k > 0, steps=len(chain))
         self._draft = chain[:k] if k else None
         return k
 
