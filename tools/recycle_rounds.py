@@ -80,8 +80,10 @@ def main():
             prompt = mx.array(prompts[pid], dtype=mx.uint32)
             for m in rng.permutation(("plain",) + MODES):
                 mode[0] = str(m)
-                make = (lambda: plain_stream(model, prompt, cell["max_tokens"])) if m == "plain" else None
-                s = timed_generation(make or (lambda: makes[mode[0]](prompt)), prompt.size)
+                if m == "plain":
+                    s = timed_generation(lambda: plain_stream(model, prompt, cell["max_tokens"]), prompt.size)
+                else:
+                    s = timed_generation(lambda: makes[mode[0]](prompt), prompt.size)
                 if r == 0:
                     continue
                 passes = s.full_passes or len(s.tokens)

@@ -358,12 +358,17 @@ class ConfidenceGate:
         rest = [v + self._draft_cost(k) - self._draft_cost(1) for k, v in enumerate(self.verify_cost)]
         return best_length(chances, rest)[0] > 0
 
+    def per_reach(self, probs: Sequence[float], overhead: float = 0.0) -> List[Tuple[int, float]]:
+        """A chain read with its probabilities, at each reach up to its length: the length a
+        round would draft of that prefix and its expected gain (`best_length`)."""
+        chances = self.chances(probs)
+        return [best_length(chances[:m], self.verify_cost, overhead) for m in range(1, len(chances) + 1)]
+
     def gains(self, probs: Sequence[float], overhead: float = 0.0) -> Tuple[int, List[float]]:
         """A chain read with its probabilities: the length worth drafting, and the gain a look
         of each reach up to the chain's length would have made (its prefix's best length)."""
-        chances = self.chances(probs)
-        gains = [best_length(chances[:m], self.verify_cost, overhead)[1] for m in range(1, len(chances) + 1)]
-        return best_length(chances, self.verify_cost, overhead)[0], gains
+        best = self.per_reach(probs, overhead)
+        return (best[-1][0] if best else 0), [g for _, g in best]
 
     def looked(self, gains: Optional[Sequence[float]], drafted: bool, steps: Optional[int] = None) -> None:
         """A look: `gains[m - 1]` what a reach of m would have gained (None: told later, by
@@ -378,12 +383,6 @@ class ConfidenceGate:
         for m, g in enumerate(gains[: self.limit]):
             self.gain[m] += g
             self.weight[m] += 1.0
-
-    def lengths(self, probs: Sequence[float], overhead: float = 0.0) -> List[int]:
-        """The length a round would draft of a chain read with its probabilities, at each
-        reach up to the chain's length (its prefix's best length)."""
-        chances = self.chances(probs)
-        return [best_length(chances[:m], self.verify_cost, overhead)[0] for m in range(1, len(chances) + 1)]
 
     def realized(self, lengths: Sequence[int], kept: int, overhead: float = 0.0) -> List[float]:
         """What a look's rounds gained, once its chain is scored against the emitted tokens:

@@ -117,7 +117,7 @@ class RecycleDrafter:
         if not chain:  # no row yet after this token: a look of any reach finds nothing
             gate.looked([0.0] * gate.limit, False, steps=0)
             return 0
-        lengths = gate.lengths(probs, overhead)
+        lengths = [k for k, _ in gate.per_reach(probs, overhead)]
         k = lengths[-1]
         if len(chain) < limit:  # the table holds no more: a look of any longer reach reads the same
             lengths = lengths + lengths[-1:] * (gate.limit - len(lengths))
