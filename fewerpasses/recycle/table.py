@@ -201,5 +201,8 @@ class RecyclingTarget(nn.Module):
         # Every row of the batch (a draft tree's branches, which share the table) is written;
         # a tree's rows are not handed on (TableCache: `own`).
         table.write(inputs.reshape(-1), logits.reshape(-1, logits.shape[-1]), own=inputs.shape[0] == 1)
-        mx.async_eval(table.table, table.written, table.own)
+        # The best guess's probability too: left out, its updates would wait, each holding its
+        # pass's logits, for the next chain read, which would then compute them all while the
+        # loop waits on it (about a millisecond per pass since the last read, on a CPU).
+        mx.async_eval(table.table, table.prob, table.written, table.own)
         return logits
