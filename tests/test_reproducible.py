@@ -124,7 +124,7 @@ def test_a_cost_model_job_times_its_rounds_in_fresh_processes(tiny, tmp_path):
     kw = dict(
         model_name="m",
         kind="plain",
-        cost_target="fewerpasses.measure.cost_model:plain_target",
+        cost_target="fewerpasses.lookup.cell:cost_target",
         params={},
         max_draft=2,
         trees=False,
@@ -137,7 +137,10 @@ def test_a_cost_model_job_times_its_rounds_in_fresh_processes(tiny, tmp_path):
     assert len(out["samples"]["plain_token"]) == 5 and len(out["samples"]["verify"]["3"]) == 5
     assert out["context"] == 16 and set(out["verify"]) == {"1", "2", "3"}
     assert logged == ["cost model: process 1 of 2, 3 rounds", "cost model: process 2 of 2, 2 rounds"]
-    assert decode_costs_of(out, 2).verify[3] == out["verify"]["3"]["seconds"]
+    # The plain kind's target is on the loop: its rounds are timed too, and price the cells.
+    assert set(out["round"]) == {"0", "1", "2"} and len(out["samples"]["round"]["2"]) == 5
+    costs = decode_costs_of(out, 2)
+    assert costs.verify[3] == out["round"]["2"]["seconds"] and costs.passes[3] == out["verify"]["3"]["seconds"]
     with pytest.raises(ValueError, match="cost_model.processes must be between 1 and rounds"):
         cost_model_job(model, reference, {}, rounds=2, processes=3, **kw)
     # A process that fails names itself, and nothing is written.
@@ -154,6 +157,75 @@ def test_a_cell_prices_its_rounds_at_the_fitted_costs_up_to_its_draft_length():
         decode_costs_of(file, 4)
     with pytest.raises(ValueError, match="re-measure"):
         decode_costs_of({**file, "format": 0}, 2)
+
+
+def test_where_the_loops_rounds_were_timed_they_price_the_rounds_not_the_bare_passes():
+    """A round in the loop pays host work a bare pass does not: where the file timed the
+    loop's rounds, a round of k drafts prices at that, less the drafter's own steps (priced
+    apart), and leaving the pipeline at the loop's step after a look; a tree's pass pays the
+    loop's extra at its length too. A file without them prices at the bare passes."""
+    samples = _samples()
+    rng = np.random.default_rng(1)
+    # In plain tokens: the loop's step after a look 1.35, rounds of 1, 2, 3 drafts 1.3, 1.65, 1.9.
+    samples["round"] = {
+        str(k): (m * 0.05 + rng.normal(0, 0.001, 30)).tolist() for k, m in zip(range(4), (1.35, 1.3, 1.65, 1.9))
+    }
+    samples["draft"] = {str(k): [0.05 * 0.1 * k] * 30 for k in range(1, 4)}
+    samples["tree"] = {str(k): [0.05 * (1.2 + 0.3 * k)] * 30 for k in range(1, 5)}
+    file = {"format": FORMAT, "max_draft": 3, **fit(samples)}
+    assert file["round"]["0"]["plain_tokens"] == pytest.approx(1.35, abs=0.02)  # on its own, not pooled
+    costs = decode_costs_of(file, 3)
+    unit = costs.plain_token
+    assert costs.verify[1] == file["round"]["0"]["seconds"]
+    assert costs.restart / unit == pytest.approx(0.35, abs=0.02)
+    for k, drafts in zip((2, 3, 4), (1, 2, 3)):
+        assert costs.verify[k] == pytest.approx(file["round"][str(drafts)]["seconds"] - costs.draft[drafts])
+        assert costs.passes[k] == file["verify"][str(k)]["seconds"]
+        assert costs.tree[k] - file["tree"][str(k)]["seconds"] == pytest.approx(costs.verify[k] - costs.passes[k])
+    # A round of one draft: 1.3 in the loop, its drafter's 0.1 aside, against a bare pass of 1.1.
+    assert costs.verify[2] / unit == pytest.approx(1.2, abs=0.03)
+    bare = decode_costs_of({**file, "round": {}}, 3)
+    assert bare.verify[2] == file["verify"]["2"]["seconds"] and not bare.passes
+    assert bare.restart / unit == pytest.approx(0.2, abs=0.03)
+
+
+def test_the_loops_rounds_are_timed_on_the_loop_with_the_drafters_own_drafts(tiny):
+    """`loop_round_seconds` runs the real loop over the cost target's cache, every round
+    drafting exactly k tokens from the target's own drafter (padded where it has fewer), and
+    leaves every cache as it found it; a cost model of a target on the loop holds its rounds."""
+    from fewerpasses.core.models import load
+    from fewerpasses.lookup.rounds import ROUND_PASSES, ForcedRounds, loop_round_seconds
+    from fewerpasses.measure.cost_model import sample_target
+    from fewerpasses.measure.costs import filled_cache
+    from fewerpasses.recycle import cell as recycle_cell
+
+    model, _ = load(str(tiny[0]))
+    target = recycle_cell.cost_target(model, {"top_k": 4}, {})
+    context = list(range(3, 27))
+    cache = filled_cache(target.runner, context)
+    held = [c.offset for c in cache]
+    seen = []
+
+    class Counting(ForcedRounds):
+        def continuation(self, limit):
+            out = super().continuation(limit)
+            seen.append(len(out))
+            return out
+
+    import fewerpasses.lookup.rounds as rounds
+
+    original, rounds.ForcedRounds = rounds.ForcedRounds, Counting
+    try:
+        for k in (0, 1, 3):
+            seen.clear()
+            seconds = loop_round_seconds(target.runner, cache, context, k, target.make_drafter)
+            assert seconds > 0 and [c.offset for c in cache] == held
+            # k = 0 never asks for a draft; k > 0 drafts exactly k every round.
+            assert seen == ([] if k == 0 else [k] * len(seen)) and (k == 0 or len(seen) >= ROUND_PASSES + 1)
+    finally:
+        rounds.ForcedRounds = original
+    samples = sample_target(target, context, 2, rounds=2, warmup=0, seed=0, log=lambda _: None)
+    assert set(samples["round"]) == {"0", "1", "2"} and all(len(v) == 2 for v in samples["round"].values())
 
 
 @pytest.fixture(scope="module")

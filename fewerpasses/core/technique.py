@@ -120,7 +120,7 @@ class Technique:
     cost_kind: Optional[Callable[[Wildcards, Dict[str, Any]], str]] = None
     # "module:function" `(model, a cell's params, the cost job's inputs by name) ->
     # measure.cost_model.CostTarget`: what that kind's cost model is measured on.
-    cost_target: str = "fewerpasses.measure.cost_model:plain_target"
+    cost_target: str = "fewerpasses.lookup.cell:cost_target"
     # The params of a cell that its cost target reads (the table's `top_k`): the cost job's
     # own, so that a grid's other settings never re-measure a cost model.
     cost_keys: Tuple[str, ...] = ()

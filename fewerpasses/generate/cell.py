@@ -171,7 +171,7 @@ def cost_target(model, params: Dict, inputs: Dict):
     its drafter's own technique's target."""
     from ..head.cell import cost_target as head_target
     from ..hybrid.cell import cost_target as hybrid_target
-    from ..measure.cost_model import plain_target
+    from ..lookup.cell import cost_target as plain_target
     from ..recycle.cell import cost_target as recycle_target
 
     by = {"recycle": recycle_target, "head": head_target, "hybrid": hybrid_target}

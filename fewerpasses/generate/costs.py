@@ -18,6 +18,7 @@ from typing import Callable, Dict, Optional, Union
 import mlx.core as mx
 
 from ..core.environment import cpu_name
+from ..lookup.rounds import loop_round_seconds
 from ..measure.cost_model import CostTarget, decode_costs_of, load_cost_file, measure
 from ..measure.costs import DecodeCosts
 from .drafters import Drafter
@@ -76,7 +77,7 @@ def cost_file_for(drafter: Drafter, given: Union[None, str, Path, Dict] = None, 
 
 def probe(drafter: Drafter, context: int = PROBE_CONTEXT, log: Callable = lambda _: None) -> Dict:
     """A short cost model of the drafter's kind, measured here and now."""
-    target = CostTarget(drafter.runner, drafter.make_drafter)
+    target = CostTarget(drafter.runner, drafter.make_drafter, loop_round_seconds)
     file = measure(
         target,
         [0] * context,

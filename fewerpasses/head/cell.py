@@ -15,6 +15,7 @@ from typing import Dict, Optional, Tuple
 from ..lookup.cell import costs_of, gated, run_drafting_cell
 from ..lookup.draft import DraftPolicy
 from ..lookup.loop import lookup_stream
+from ..lookup.rounds import loop_round_seconds
 from ..measure.cell import Loads
 from ..core.stats import first_kept
 from ..measure.cost_model import CostTarget
@@ -50,7 +51,7 @@ def drafter_of(headed: HeadedTarget):
 def cost_target(model, params: Dict, inputs: Dict) -> CostTarget:
     """The headed target a head's cost model is measured on (rule cost_model)."""
     headed = HeadedTarget(model, load_head(Path(inputs["head"]), dtype=model.model.norm.weight.dtype))
-    return CostTarget(headed, drafter_of(headed))
+    return CostTarget(headed, drafter_of(headed), loop_round_seconds)
 
 
 def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:

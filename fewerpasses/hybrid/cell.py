@@ -15,6 +15,7 @@ from ..head.target import HeadedTarget
 from ..lookup.cell import costs_of, gated, run_drafting_cell
 from ..lookup.draft import DraftPolicy
 from ..lookup.loop import lookup_stream
+from ..lookup.rounds import loop_round_seconds
 from ..measure.cell import Loads
 from ..measure.cost_model import CostTarget
 from ..measure.costs import DecodeCosts
@@ -84,7 +85,7 @@ def drafter_of(runner: RecyclingTarget):
 def cost_target(model, params: Dict, inputs: Dict) -> CostTarget:
     """The target with its head and table a hybrid's cost model is measured on (rule cost_model)."""
     runner = hybrid_model(model, Path(inputs["head"]), int(params["top_k"]))
-    return CostTarget(runner, drafter_of(runner))
+    return CostTarget(runner, drafter_of(runner), loop_round_seconds)
 
 
 def loads(params: Dict, dirs: Dict[str, str]) -> Tuple[str, Loads]:

@@ -10,6 +10,7 @@ from ..measure.cost_model import CostTarget, context_of, decode_costs_of, end_pr
 from ..measure.costs import DecodeCosts, replayed_speedup
 from .draft import DraftPolicy, needed_acceptance
 from .loop import lookup_stream
+from .rounds import loop_round_seconds
 
 
 def policy_of(cell: Dict) -> DraftPolicy:
@@ -22,6 +23,12 @@ def policy_of(cell: Dict) -> DraftPolicy:
         run_on=cell.get("run_on", False),
     )
     return gated(policy, costs_of(cell["verify_costs"])) if cell.get("cost_gate") else policy
+
+
+def cost_target(model, params: Dict, inputs: Dict) -> CostTarget:
+    """The bare target on the loop, for the cost kind `plain` (core.technique.plain_kind),
+    that every technique running the bare target on this loop shares (rule cost_model)."""
+    return CostTarget(model, loop_round=loop_round_seconds)
 
 
 def verify_record(costs, file: Dict) -> Dict:
@@ -38,6 +45,10 @@ def verify_record(costs, file: Dict) -> Dict:
         out["tree_seconds"] = {str(k): v for k, v in costs.tree.items()}
     if costs.draft:
         out["draft_seconds"] = {str(k): v for k, v in costs.draft.items()}
+    # Where `seconds` are the loop's rounds (lookup/rounds.py), the bare passes beside them.
+    out["priced_at"] = "loop rounds" if costs.passes else "bare passes"
+    if costs.passes:
+        out["pass_seconds"] = {str(k): v for k, v in costs.passes.items()}
     return out
 
 
@@ -47,7 +58,8 @@ def costs_of(entry: Dict) -> DecodeCosts:
     verify = {int(k): v for k, v in entry["seconds"].items()}
     tree = {int(k): v for k, v in (entry.get("tree_seconds") or {}).items()}
     draft = {int(k): v for k, v in (entry.get("draft_seconds") or {}).items()}
-    return DecodeCosts(verify, entry.get("plain_token_seconds", verify[1]), tree, draft)
+    passes = {int(k): v for k, v in (entry.get("pass_seconds") or {}).items()}
+    return DecodeCosts(verify, entry.get("plain_token_seconds", verify[1]), tree, draft, passes)
 
 
 def gate_curve(costs: DecodeCosts, num_draft: Optional[int] = None) -> Tuple[float, ...]:
@@ -179,7 +191,7 @@ def run_drafting_cell(
 
     def build(model, tokenizer, *answers):
         runner = runs_on(model) if runs_on is not None else model
-        target = CostTarget(runner, make_drafter)
+        target = CostTarget(runner, make_drafter, loop_round_seconds)
         if costs is None:
             file = {
                 "source": "measured in the cell",

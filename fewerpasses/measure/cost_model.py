@@ -21,8 +21,12 @@ its own: it is no round's verify pass but the synchronous step that leaving the 
 (`DecodeCosts.restart`), and a product of one row may take another kernel than a product of a
 few (a BLAS's matrix-vector path), so a 2-token pass can truly cost less than it. Pooled with
 the 2-token pass, it would price both at their mean: a restart too cheap, and the shortest
-round too dear. A cell ends with a short probe of its own (`end_probe`), which records how far
-the machine moved from the file.
+round too dear. Where the target says how (`CostTarget.loop_round`, every target on prompt
+lookup's loop), each round also times the loop's own rounds of 0..max_draft drafts (the
+`round` family, lookup/rounds.py: a round as the loop runs it, its token read, its drafter
+asked, its targets read), fitted as the verify passes are, its 0-draft step on its own; cells
+price their rounds at those (`decode_costs_of`). A cell ends with a short probe of its own
+(`end_probe`), which records how far the machine moved from the file's bare passes.
 """
 
 import hashlib
@@ -38,11 +42,14 @@ import numpy as np
 # 2: the 1-token verify pass fitted on its own (format 1 pooled it into the isotonic fit; such
 # a file is refitted from its samples where it is read, `load_cost_file`).
 FORMAT = 2
-# Verify passes of fewer tokens than this are each fitted on their own (see the docstring).
-OWN_FIT_BELOW = 2
-FAMILIES = ("verify", "tree", "draft")
+# Per family, the k below which each is fitted on its own (see the docstring): the 1-token
+# verify pass, and the loop's step without a draft (`round` k = 0), a restart, not a round.
+OWN_FIT_BELOW = {"verify": 2, "tree": 0, "draft": 0, "round": 1}
+FAMILIES = ("verify", "tree", "draft", "round")
 # Tokens of plain decoding a round times (the unit: the mean of the tokens after the second).
 PLAIN_TOKENS = 5
+# Passes of the loop a `round` sample times, after two that are not (lookup/rounds.py).
+ROUND_PASSES = 2
 # Rounds of a cell's end probe (no warm-up round: the cell's runs are its warm-up).
 END_PROBE_ROUNDS = 5
 
@@ -135,7 +142,7 @@ def fit(samples: Dict, resamples: int = 1000, seed: int = 0) -> Dict:
     }
     for family in FAMILIES:
         fam = {int(k): np.asarray(v, dtype=float) for k, v in (samples.get(family) or {}).items()}
-        out[family] = _fit_family(fam, plain, members, resamples, rng, OWN_FIT_BELOW if family == "verify" else 0)
+        out[family] = _fit_family(fam, plain, members, resamples, rng, OWN_FIT_BELOW[family])
     return out
 
 
@@ -148,15 +155,17 @@ class CostTarget:
 
     runner: object
     make_drafter: Optional[Callable] = None
+    # fn(runner, cache, context, k, make_drafter) -> seconds per pass of the loop's round of k
+    # drafts, as the loop runs it (lookup/rounds.py:loop_round_seconds, the `round` family);
+    # None times bare passes only.
+    loop_round: Optional[Callable] = None
 
 
-def plain_target(model, params: Dict, inputs: Dict) -> CostTarget:
-    """The bare target: the cost kind `plain` (core.technique.plain_kind)."""
-    return CostTarget(model)
-
-
-def _timed_items(target: CostTarget, context: Sequence[int], ks, tree_ks, draft_ks, plain_tokens: int) -> Dict:
-    """name -> fn() that runs one pass and returns its seconds."""
+def _timed_items(
+    target: CostTarget, context: Sequence[int], ks, tree_ks, draft_ks, plain_tokens: int, round_ks=()
+) -> Dict:
+    """name -> fn() that runs one pass (or, for `round`, a few of the loop's) and returns its
+    seconds (per pass)."""
     from .costs import _tree_pass, _verify_pass, filled_cache, plain_token_fn
 
     cache = filled_cache(target.runner, context)
@@ -180,6 +189,9 @@ def _timed_items(target: CostTarget, context: Sequence[int], ks, tree_ks, draft_
         drafter.bind(draft_cache)
         for k in draft_ks:
             items[("draft", k)] = timed(lambda k=k: drafter.continuation(k))
+    if round_ks and target.loop_round is not None:
+        for k in round_ks:
+            items[("round", k)] = lambda k=k: target.loop_round(target.runner, cache, context, k, target.make_drafter)
     return items
 
 
@@ -254,11 +266,12 @@ def sample_target(
     log: Callable = print,
 ) -> Dict:
     """The timed samples of a target kind at `context` (`sample_rounds`): passes of
-    1..max_draft + 1 tokens, a draft tree's two branches of as many where `trees`, and a
-    computing drafter's k drafts for k up to `max_draft`."""
+    1..max_draft + 1 tokens, a draft tree's two branches of as many where `trees`, a
+    computing drafter's k drafts for k up to `max_draft`, and where the target says how, the
+    loop's rounds of 0..max_draft drafts (`CostTarget.loop_round`)."""
     ks = range(1, max_draft + 2)
     draft_ks = range(1, max_draft + 1) if target.make_drafter is not None else ()
-    items = _timed_items(target, context, ks, ks if trees else (), draft_ks, plain_tokens)
+    items = _timed_items(target, context, ks, ks if trees else (), draft_ks, plain_tokens, range(max_draft + 1))
     log(f"cost model: {len(items)} passes a round, {rounds} rounds after {warmup} warm-up rounds")
     return sample_rounds(items, rounds, warmup, seed, log)
 
@@ -309,7 +322,8 @@ def load_cost_file(costs) -> Dict:
 
 
 def decode_costs_of(model_file: Dict, num_draft: int):
-    """The fitted costs a cell of `num_draft` drafts prices its rounds at (measure.costs.DecodeCosts)."""
+    """The fitted costs a cell of `num_draft` drafts prices its rounds at (measure.costs.DecodeCosts):
+    the loop's rounds where the file timed them (`round`), else its bare passes."""
     from .costs import DecodeCosts
 
     def family(name, limit):
@@ -323,12 +337,16 @@ def decode_costs_of(model_file: Dict, num_draft: int):
             f"a cell of {num_draft} drafts needs a cost model up to that length; this one stops at "
             f"{model_file['max_draft']} (cost_model.max_draft)"
         )
-    return DecodeCosts(
-        family("verify", num_draft + 1),
-        model_file["plain_token_seconds"],
-        family("tree", num_draft + 1),
-        family("draft", num_draft),
-    )
+    passes, tree, draft = family("verify", num_draft + 1), family("tree", num_draft + 1), family("draft", num_draft)
+    rounds = family("round", num_draft)
+    if set(rounds) != set(range(num_draft + 1)):  # a file of bare passes: rounds priced at them
+        return DecodeCosts(passes, model_file["plain_token_seconds"], tree, draft)
+    # The loop's rounds: a round of k drafts verifies at what it costs less the drafter's own
+    # steps (priced apart, `draft`), and the 1-token pass is the loop's step after a look. A
+    # tree's pass pays the loop's extra at its length too.
+    verify = {1: rounds[0], **{k + 1: rounds[k] - draft.get(k, 0.0) for k in range(1, num_draft + 1)}}
+    tree = {k: v + verify[k] - passes[k] for k, v in tree.items() if k in verify}
+    return DecodeCosts(verify, model_file["plain_token_seconds"], tree, draft, passes=passes)
 
 
 def end_probe(

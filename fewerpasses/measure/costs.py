@@ -84,7 +84,9 @@ def plain_token_fn(model: nn.Module, cache, context: Sequence[int], plain_tokens
 @dataclass(frozen=True)
 class DecodeCosts:
     """What a speculative round is priced against, at one context: `verify[k]`, seconds of one
-    synchronous pass of k tokens (a round verifying k - 1 drafts), and `plain_token`, seconds
+    synchronous pass of k tokens (a round verifying k - 1 drafts; where the cost model timed
+    the loop's rounds, what the loop pays for one, its drafter's steps aside, and for k = 1
+    the loop's step after a look that drafted nothing), and `plain_token`, seconds
     per token of mlx-lm's plain decoding, which queues the next step before reading the current
     token and so is cheaper than one synchronous pass."""
 
@@ -95,6 +97,9 @@ class DecodeCosts:
     # Seconds a drafter that computes (a draft head) takes to draft k tokens, where measured;
     # a drafter from the text drafts in host time too small to price.
     draft: Dict[int, float] = field(default_factory=dict)
+    # The bare passes' seconds (measure/cost_model.py), where `verify` holds the loop's rounds
+    # instead (lookup/rounds.py); empty where `verify` is the bare passes.
+    passes: Dict[int, float] = field(default_factory=dict)
 
     def round_seconds(self, k: int) -> float:
         """What a round of k drafts costs: drafting them, then verifying k + 1 tokens."""

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from ..measure.cost_model import END_PROBE_ROUNDS, PLAIN_TOKENS
+from ..measure.cost_model import END_PROBE_ROUNDS, PLAIN_TOKENS, ROUND_PASSES
 from ..techniques import REGISTRY
 
 # Seconds Snakemake spends on a job beyond its script: scheduling, the script's preamble.
@@ -426,12 +426,14 @@ def support_job(need: Dict, r: Rates, prompts: Sequence[int], config: Dict) -> P
         return PlannedJob(rule, need["file"], need["model"], s, r.source, T * len(prompts))
     if rule == "cost_model":
         # Every pass once a round: 1..max_draft + 1 tokens (twice the rows for a tree's), the
-        # plain tokens, and a computing drafter's k drafts at about a plain token each.
+        # plain tokens, a computing drafter's k drafts at about a plain token each, and the
+        # loop's rounds of 0..max_draft drafts, each a few passes (lookup/rounds.py).
         k, c = need["max_draft"], need["cost"]
         rows = sum(r.verify(j) for j in range(1, k + 2)) + (
             sum(r.verify(2 * j) for j in range(1, k + 2)) if need["trees"] else 0
         )
         rows += PLAIN_TOKENS * r.plain(100) + (sum(j * r.plain(100) for j in range(1, k + 1)) if need["draft"] else 0)
+        rows += (ROUND_PASSES + 2) * sum(r.verify(j + 1) for j in range(k + 1))
         # Each of its processes imports, loads the target and warms up on its own.
         n = c.get("processes", 1)
         seconds = base + (n - 1) * (r.import_seconds + r.load_seconds) + (c["rounds"] + n * c["warmup"]) * rows

@@ -16,6 +16,7 @@ from ..lookup.cell import costs_of, gated, run_drafting_cell, tree_record
 from ..lookup.confidence import ConfidenceGate, LiveCalibration, gate_for
 from ..lookup.draft import DraftPolicy
 from ..lookup.loop import lookup_stream
+from ..lookup.rounds import loop_round_seconds
 from ..measure.cell import Loads
 from ..measure.cost_model import CostTarget
 from .draft import RecycleDrafter, TableMemory
@@ -61,7 +62,9 @@ def cost_target(model, params: Dict, inputs: Dict) -> CostTarget:
     """The recycling target a recycled-predictions cost model is measured on (rule cost_model):
     its drafting is a read of the table, timed as a chain of k tokens."""
     return CostTarget(
-        RecyclingTarget(model, int(params["top_k"]), int(params.get("rows") or 0) or None), RecycleDrafter
+        RecyclingTarget(model, int(params["top_k"]), int(params.get("rows") or 0) or None),
+        RecycleDrafter,
+        loop_round_seconds,
     )
 
 

@@ -46,8 +46,10 @@ def memory_frame(cells: List[Dict]) -> pd.DataFrame:
 
 
 def verify_frame(cells: List[Dict]) -> pd.DataFrame:
-    """The verify curve each target's drafting cells measured: one pass of k tokens, in plain
-    decoding's pipelined token times, at the prompts' median context (one row per k). Where
+    """The verify curve each target's drafting cells priced their rounds at: one pass of k
+    tokens (the loop's round of k - 1 drafts where `priced_at` says so, with the bare pass
+    beside it), in plain decoding's pipelined token times, at the prompts' median context (one
+    row per k). Where
     several cells measured a target at one context, the longest curve stands for them (the
     loop without drafts measures one point: a pass of one token)."""
     longest: Dict[Tuple, Dict] = {}
@@ -61,6 +63,7 @@ def verify_frame(cells: List[Dict]) -> pd.DataFrame:
     rows = []
     for c in longest.values():
         v = c["verify_costs"]
+        bare = v.get("pass_seconds") or v["seconds"]
         for k, t in sorted(((int(k), t) for k, t in v["seconds"].items())):
             rows.append(
                 {
@@ -70,9 +73,12 @@ def verify_frame(cells: List[Dict]) -> pd.DataFrame:
                     "k": k,
                     "pass_seconds": t,
                     "pass_in_plain_tokens": t / v["plain_token_seconds"],
+                    "priced_at": v.get("priced_at", "bare passes"),
+                    "bare_pass_in_plain_tokens": bare.get(str(k), t) / v["plain_token_seconds"],
                 }
             )
     cols = ["target", "context", "plain_token_ms", "k", "pass_seconds", "pass_in_plain_tokens"]
+    cols += ["priced_at", "bare_pass_in_plain_tokens"]
     return pd.DataFrame(rows, columns=cols)
 
 

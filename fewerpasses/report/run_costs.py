@@ -131,7 +131,8 @@ def costs(cells: List[Dict], own: Set[str] = frozenset()) -> List[Tuple[str, str
     shown = groups if len(groups) <= MAX_CURVES else groups[: MAX_CURVES - 1]
     for (target, context), g in shown:
         name = f"verify curve, {target}"
-        head = f"at context {context}, a plain token {g.plain_token_ms.iloc[0]:.1f} ms; a pass of k tokens, in plain tokens: "
+        what = "the loop's round verifying k tokens" if g.priced_at.iloc[0] == "loop rounds" else "a pass of k tokens"
+        head = f"at context {context}, a plain token {g.plain_token_ms.iloc[0]:.1f} ms; {what}, in plain tokens: "
         room = compact.MAX_LINE - len(f"| {name} |  |") - len(head)
         points = [f"{k}: {x:.2f}" for k, x in zip(g.k, g.pass_in_plain_tokens)]
         rows.append((name, head + fit(points, room, sep=", ", more="… ({} more)")))
