@@ -11,8 +11,9 @@ four forced modes beside mlx-lm's plain decoding, in an order shuffled per promp
 Each mode's time per pass is printed in plain tokens of the plain decoding timed beside it.
 From look0 and draft1, a round with one draft's cost follows:
 (draft1 per pass - look0 per pass x (1 - drafted share)) / drafted share. Set against the
-cost file's 1- and 2-token passes (its `verify`), these say how far the gate's prices are
-from what the loop pays for a look and for a drafted round.
+prices the cell drafted at (its `verify_costs`: a step after a look, and a round of one
+draft; the loop's rounds where its cost model timed them, else bare passes), these say how
+far the gate's prices are from what the loop pays for a look and for a drafted round.
 
 usage: python tools/recycle_rounds.py MODEL_DIR PROMPT_SET RECYCLE_CELL PROMPT_IDS [--repeats 5]
 e.g. resources/models/smollm2/mlx results/prompts/categories.yaml
@@ -93,7 +94,8 @@ def main():
     plain = float(np.median(per_token["plain"]))
     unit = costs.plain_token
     print(
-        f"cost file: a 1-token pass {costs.verify[1] / unit:.2f}, a 2-token pass {costs.verify[2] / unit:.2f} plain tokens"
+        f"the cell's prices ({cell['verify_costs'].get('priced_at', 'bare passes')}): a step after a look "
+        f"{costs.verify[1] / unit:.2f}, a round of one draft {costs.verify[2] / unit:.2f} plain tokens"
     )
     print(f"plain decoding here: {1000 * plain:.1f} ms a token")
     row = {}
