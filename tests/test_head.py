@@ -528,6 +528,49 @@ def test_training_holds_out_a_corpus_of_its_own_templates(tmp_path):
         main(args + small + more + ["--heldout-file", "training/prompts/head_extra.yaml"])
 
 
+def test_a_training_run_cut_short_goes_on_to_the_weights_an_uncut_run_makes(tmp_path, monkeypatch):
+    """A run stopped after its first epoch's record, resumed with the same command and
+    `--resume 1`, trains the second epoch from the kept head and optimizer state: the same bytes
+    and curve as a run that was never stopped. A run of other settings may not go on from it."""
+    from tiny_models import write_chat_teacher
+
+    import training.head_train as ht
+
+    target = write_chat_teacher(tmp_path / "t")
+    corpus = ["--corpus", str(tmp_path / "c.npz"), "--context-prompts", "0", "--prompts", "20", "--max-tokens", "24"]
+    small = ["--epochs", "2", "--draft-vocab", "64", "--heldout", "4", "--warmup", "2", "--batch-tokens", "256"]
+
+    def run(out, *more):
+        return ht.main(["--target", str(target), "--out", str(tmp_path / out), *corpus, *small, *more])
+
+    whole = run("whole")
+    assert not whole.get("resumed_after_epoch")
+    # Cut after the first epoch is kept: the second epoch's held-out score is never reached.
+    calls, evaluate = [], ht.evaluate
+
+    def cut(*args, **kw):
+        calls.append(1)
+        if len(calls) == 3:  # the initial score, epoch 1's, then epoch 2's
+            raise KeyboardInterrupt
+        return evaluate(*args, **kw)
+
+    monkeypatch.setattr(ht, "evaluate", cut)
+    with pytest.raises(KeyboardInterrupt):
+        run("cut")
+    assert [e["epoch"] for e in json.loads((tmp_path / "cut" / "training.json").read_text())["epochs"]] == [1]
+    monkeypatch.setattr(ht, "evaluate", evaluate)
+    resumed = run("cut", "--resume", "1")
+    assert resumed["resumed_after_epoch"] == 1 and "--resume" not in resumed["command"]
+    assert resumed["epochs"] == whole["epochs"] and resumed["heldout_init"] == whole["heldout_init"]
+    assert resumed["weights_sha256"] == whole["weights_sha256"]
+    assert "resumed_after_epoch" in (tmp_path / "cut" / "training.log").read_text()
+    # Resuming after the last epoch trains nothing and writes the same head.
+    assert run("cut", "--resume", "1")["weights_sha256"] == whole["weights_sha256"]
+    # Another learning rate would not reach those weights: refused, naming the kept run.
+    with pytest.raises(SystemExit, match="was kept by another run"):
+        run("cut", "--resume", "1", "--lr", "0.01")
+
+
 def test_the_card_sets_the_first_kept_share_against_the_break_even_acceptance():
     """The card's measured section, from a head cell: the gate's break-even acceptance at the
     cell's own costs beside how often the first drafted token was kept."""

@@ -23,6 +23,11 @@ Steps, each seeded so that the command rebuilds the shipped head:
 5. the head written in EAGLE-3's layout, with `training.json` (settings, data hash, held-out
    acceptance per step, the loss curve). The held-out score counts every answer position,
    those whose token lies outside the draft vocabulary as misses.
+
+After each epoch the head, its optimizer's state and the record so far are also kept beside
+the features (`resume_path`), so that a run cut short (a session's end) goes on with the same
+command and `--resume 1` from the epoch after its last, to the weights an uncut run makes:
+each epoch's shuffle and learning rates follow from the seed and the step alone.
 """
 
 import argparse
@@ -70,7 +75,11 @@ DEFAULTS = dict(
     context_file="training/prompts/head_context.yaml",
     heldout_file="",
     shards=1,
+    resume=0,
 )
+
+# Settings that do not change the weights a run makes: a resumed run may differ in them.
+NOT_IN_WEIGHTS = ("resume",)
 
 
 # How `evaluate` counts, as training.json records it.
@@ -431,8 +440,53 @@ def command(a) -> str:
     """The command that trains this head: its target and output, and every setting and
     corpus path given other than its default."""
     given = {**DEFAULTS, **CORPORA}
-    flags = [f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items() if k in given and v != given[k]]
+    flags = [
+        f"--{k.replace('_', '-')} {v}"
+        for k, v in vars(a).items()
+        if k in given and k not in NOT_IN_WEIGHTS and v != given[k]
+    ]
     return " ".join(["python -m training.head_train --target", str(a.target), "--out", str(a.out), *flags])
+
+
+def resume_path(features: Path, out) -> Path:
+    """Where a run keeps what going on needs: beside its features (so under resources/, not in
+    the head's directory, which is shipped), named for them and for the head's directory."""
+    return features.with_name(f"{features.stem}-{Path(out).name}-resume.safetensors")
+
+
+def save_resume(path: Path, head, opt, record: Dict) -> None:
+    """The head's parameters and the optimizer's state after an epoch, and `record` (the run's
+    identity, the step, the loss curve, the log so far) beside them as JSON; each written whole
+    before it replaces the last."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    arrays = {"head." + k: v for k, v in tree_flatten(head.parameters())}
+    arrays.update({"opt." + k: v for k, v in tree_flatten(opt.state)})
+    tmp = path.with_name(path.stem + ".tmp.safetensors")
+    mx.save_safetensors(str(tmp), arrays)
+    meta = path.with_suffix(".json")
+    meta.with_suffix(".tmp").write_text(json.dumps(record) + "\n")
+    os.replace(tmp, path)
+    os.replace(meta.with_suffix(".tmp"), meta)
+
+
+def load_resume(path: Path, head, opt, identity: str) -> Dict:
+    """Load what `save_resume` kept into `head` and `opt`, and return its record; refused where
+    it was kept by a run of other settings or data (`identity`), which would not go on to the
+    same weights."""
+    import mlx.core as mx
+    from mlx.utils import tree_unflatten
+
+    record = json.loads(path.with_suffix(".json").read_text())
+    if record["identity"] != identity:
+        raise SystemExit(
+            f"{path} was kept by another run ({record['identity']}), not this one ({identity}): delete it to start over"
+        )
+    arrays = mx.load(str(path))
+    head.update(tree_unflatten([(k[5:], v) for k, v in arrays.items() if k.startswith("head.")]))
+    opt.state = tree_unflatten([(k[4:], v) for k, v in arrays.items() if k.startswith("opt.")])
+    return record
 
 
 def write_head(
@@ -621,8 +675,20 @@ def main(argv=None) -> Dict:
     embed = model.model.embed_tokens
     model.freeze()
     held_batches = batches(held_ex, a.batch_tokens, random.Random(a.seed + 1))
-    first = evaluate(head, embed, held_ex, held_batches, t2d, a.ttt)
-    log(json.dumps({"heldout_init": first}))
+    opt = optim.AdamW(learning_rate=a.lr, betas=[0.9, 0.95], weight_decay=a.weight_decay)
+    # The run's identity: its settings (the command) and its data (the features' name holds
+    # the corpora's digest); a kept epoch goes on only in a run of both.
+    keep, identity = resume_path(cached, out), command(a) + " | " + cached.name
+    curve, step, earlier_s, resumed = [], 0, 0.0, None
+    if a.resume and keep.is_file():
+        kept = load_resume(keep, head, opt, identity)
+        curve, step, earlier_s, first = kept["curve"], kept["step"], kept["train_seconds"], kept["heldout_init"]
+        resumed = len(curve)
+        log_lines[:0] = kept["log"]
+        log(json.dumps({"resumed_after_epoch": resumed, "step": step, "from": str(keep)}))
+    else:
+        first = evaluate(head, embed, held_ex, held_batches, t2d, a.ttt)
+        log(json.dumps({"heldout_init": first}))
     per_epoch = len(batches(train_ex, a.batch_tokens, random.Random(a.seed)))
     total_steps = per_epoch * a.epochs
 
@@ -632,15 +698,22 @@ def main(argv=None) -> Dict:
         p = (step - a.warmup) / max(1, total_steps - a.warmup)
         return a.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
 
-    opt = optim.AdamW(learning_rate=a.lr, betas=[0.9, 0.95], weight_decay=a.weight_decay)
-
     def batch_loss(h, tokens, feats, labels, positions, soft_ids, soft_p):
         return loss_fn(h, embed, tokens, feats, labels, a.ttt, positions, soft_ids, soft_p, a.soft_labels)[0]
 
     grad_fn = nn.value_and_grad(head, batch_loss)
-    curve, step = [], 0
+    # A resumed run's record says after which epoch it went on.
+    extra = {**features, **({"resumed_after_epoch": resumed} if resumed is not None else {})}
+
+    def write(train_s):
+        return write_head(
+            out, head, cfg, a, corpus_info, train, held, answer_tokens, covered, taps, extra, train_s, first, curve,
+            log_lines,
+        )  # fmt: skip
+
     t1 = time.perf_counter()
-    for epoch in range(a.epochs):
+    record = None
+    for epoch in range(len(curve), a.epochs):
         shuffle = random.Random(a.seed * 1000 + epoch)
         losses = []
         for idx in batches(train_ex, a.batch_tokens, shuffle):
@@ -670,24 +743,23 @@ def main(argv=None) -> Dict:
         ev = evaluate(head, embed, held_ex, held_batches, t2d, a.ttt)
         curve.append({"epoch": epoch + 1, "train_loss": round(float(np.mean(losses)), 4), **ev})
         log(json.dumps(curve[-1]))
-        record = write_head(
-            out,
+        train_s = earlier_s + time.perf_counter() - t1
+        save_resume(
+            keep,
             head,
-            cfg,
-            a,
-            corpus_info,
-            train,
-            held,
-            answer_tokens,
-            covered,
-            taps,
-            features,
-            time.perf_counter() - t1,
-            first,
-            curve,
-            log_lines,
+            opt,
+            {
+                "identity": identity,
+                "step": step,
+                "curve": curve,
+                "train_seconds": train_s,
+                "heldout_init": first,
+                "log": log_lines,
+            },
         )
-    return record
+        record = write(train_s)
+    # A run resumed after its last epoch trains nothing: the kept head is written as it is.
+    return record if record is not None else write(earlier_s)
 
 
 if __name__ == "__main__":
