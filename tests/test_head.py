@@ -535,6 +535,7 @@ def test_a_training_run_cut_short_goes_on_to_the_weights_an_uncut_run_makes(tmp_
     from tiny_models import write_chat_teacher
 
     import training.head_train as ht
+    from training.head_card import card
 
     target = write_chat_teacher(tmp_path / "t")
     corpus = ["--corpus", str(tmp_path / "c.npz"), "--context-prompts", "0", "--prompts", "20", "--max-tokens", "24"]
@@ -564,6 +565,7 @@ def test_a_training_run_cut_short_goes_on_to_the_weights_an_uncut_run_makes(tmp_
     assert resumed["epochs"] == whole["epochs"] and resumed["heldout_init"] == whole["heldout_init"]
     assert resumed["weights_sha256"] == whole["weights_sha256"]
     assert "resumed_after_epoch" in (tmp_path / "cut" / "training.log").read_text()
+    assert "went on so after epoch 1" in card(tmp_path / "cut") and "went on so" not in card(tmp_path / "whole")
     # Resuming after the last epoch trains nothing and writes the same head.
     assert run("cut", "--resume", "1")["weights_sha256"] == whole["weights_sha256"]
     # Another learning rate would not reach those weights: refused, naming the kept run.

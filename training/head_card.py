@@ -177,6 +177,9 @@ LD_PRELOAD=$(python -c "from fewerpasses.core.blas import pip_mkl; print(pip_mkl
 python -m training.head_card {head_dir}{" --cell " + cell_path if cell_path else ""}
 ```
 
+A run stopped between epochs (a session's end) goes on with the same command and `--resume 1`,
+from the last epoch it kept, to the same weights.{_resumed(t)}
+
 Where it misses, by category of the measured prompts (scored on the target's answers, never
 trained on, no timing): `python -m training.head_eval {head_dir} --target resources/models/smollm2/mlx`.
 """
@@ -192,6 +195,12 @@ SHIPPED_SCORING = "labels outside the draft vocabulary left out"
 
 def _lengths(values) -> str:
     return ", ".join(str(i + 1) for i in range(len(values)))
+
+
+def _resumed(t) -> str:
+    """Where this head's own run was stopped and went on: after which epoch."""
+    n = t.get("resumed_after_epoch")
+    return f" This head's run went on so after epoch {n}." if n else ""
 
 
 def _soft(settings) -> str:
