@@ -455,20 +455,19 @@ def resume_path(features: Path, out) -> Path:
 
 
 def save_resume(path: Path, head, opt, record: Dict) -> None:
-    """The head's parameters and the optimizer's state after an epoch, and `record` (the run's
-    identity, the step, the loss curve, the log so far) beside them as JSON; each written whole
-    before it replaces the last."""
+    """The head's parameters and the optimizer's state after an epoch, with `record` (the run's
+    identity, the step, the loss curve, the log so far) in the same file's metadata: one file,
+    written whole before it replaces the last (core/atomic.py), so weights and record never
+    come from different epochs."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
+    from fewerpasses.core.atomic import atomic_path
+
     arrays = {"head." + k: v for k, v in tree_flatten(head.parameters())}
     arrays.update({"opt." + k: v for k, v in tree_flatten(opt.state)})
-    tmp = path.with_name(path.stem + ".tmp.safetensors")
-    mx.save_safetensors(str(tmp), arrays)
-    meta = path.with_suffix(".json")
-    meta.with_suffix(".tmp").write_text(json.dumps(record) + "\n")
-    os.replace(tmp, path)
-    os.replace(meta.with_suffix(".tmp"), meta)
+    with atomic_path(path) as tmp:
+        mx.save_safetensors(str(tmp), arrays, metadata={"record": json.dumps(record)})
 
 
 def load_resume(path: Path, head, opt, identity: str) -> Dict:
@@ -478,12 +477,12 @@ def load_resume(path: Path, head, opt, identity: str) -> Dict:
     import mlx.core as mx
     from mlx.utils import tree_unflatten
 
-    record = json.loads(path.with_suffix(".json").read_text())
+    arrays, metadata = mx.load(str(path), return_metadata=True)
+    record = json.loads(metadata["record"])
     if record["identity"] != identity:
         raise SystemExit(
             f"{path} was kept by another run ({record['identity']}), not this one ({identity}): delete it to start over"
         )
-    arrays = mx.load(str(path))
     head.update(tree_unflatten([(k[5:], v) for k, v in arrays.items() if k.startswith("head.")]))
     opt.state = tree_unflatten([(k[4:], v) for k, v in arrays.items() if k.startswith("opt.")])
     return record
